@@ -1,0 +1,71 @@
+"""Alembic environment: one migration tree for SQLite and PostgreSQL.
+
+The URL comes, in order, from a connection handed over by the caller
+(`database.migrate_to_head`), `-x url=...`, the config, or `Settings()`
+(`DATABASE_URL`). `render_as_batch` makes ALTERs work on SQLite too.
+"""
+
+from __future__ import annotations
+
+import logging.config
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from training_platform.core import models  # noqa: F401  (registers the tables)
+from training_platform.core.database import Base, make_engine
+from training_platform.settings import Settings
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("connection") is None:
+    logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    url = context.get_x_argument(as_dictionary=True).get("url")
+    return url or config.get_main_option("sqlalchemy.url") or Settings().database_url
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=True,
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=True,
+        dialect_opts={"paramstyle": "named"},
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = make_engine(Settings(DATABASE_URL=_url()).database_url)
+    try:
+        with engine.connect() as connection:
+            _run(connection)
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Idempotent setup for running (`scripts/setup.sh`) or testing (`scripts/setup.sh test`).
+#
+#   run:  a virtualenv in .venv with the package, torch (CPU) and the trainer extras.
+#   test: the same plus what the test suite talks to for real: OpenSSH's sshd,
+#         Debian's chromium, and a started PostgreSQL when one is installed.
+#
+# Safe to run again: it skips whatever is already in place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-run}"
+python="${PYTHON:-python3}"
+
+log() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo -n "$@"; else return 1; fi
+}
+
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing Debian packages: ${missing[*]}"
+    if ! command -v apt-get >/dev/null; then
+        log "no apt-get here: install ${missing[*]} yourself (the tests needing them will skip)"
+        return 0
+    fi
+    as_root apt-get update -qq || true
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null ||
+        log "could not install ${missing[*]} (the tests needing them will skip with a reason)"
+}
+
+start_postgres() {
+    command -v pg_lsclusters >/dev/null || { log "PostgreSQL not installed: its tests will skip"; return 0; }
+    pg_lsclusters --no-header 2>/dev/null | while read -r version cluster _port status _rest; do
+        if [ "$status" != "online" ]; then
+            log "starting PostgreSQL $version/$cluster"
+            as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$cluster" start ||
+                log "could not start PostgreSQL $version/$cluster: its tests will skip"
+        fi
+    done
+}
+
+if [ "$mode" = test ]; then
+    apt_install openssh-server openssh-client chromium chromium-driver
+    start_postgres
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    log "creating .venv"
+    "$python" -m venv .venv
+fi
+stamp=.venv/.setup-stamp
+want="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)-$mode"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing Python packages"
+    .venv/bin/pip install -q --upgrade pip
+    # torch first and pinned: 2.13.0 is a local CPU wheel here; an unpinned torch
+    # (or one pulled in by transformers) would download gigabytes of CUDA packages.
+    .venv/bin/pip install -q "torch==2.13.0"
+    extras="torch,hf"
+    [ "$mode" = test ] && extras="torch,hf,dev"
+    .venv/bin/pip install -q -e ".[$extras]"
+    echo "$want" >"$stamp"
+fi
+log "ready ($mode)"

@@ -1,0 +1,143 @@
+"""`/api/monitoring/{job_id}/...`: history, pagination, anomalies, sync, non-finite JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from training_platform.callbacks.wire import build_record, encode_record
+
+HAND_WRITTEN = b"""{"step": 0, "timestamp": 1704672000.0, "loss": {"actor_loss": 2.5, "critic_loss": 1.2, "total_loss": 3.7}, "reward": {"mean": 0.5, "std": 0.1, "max": 0.7, "min": 0.3}, "kl": {"mean": 0.1, "max": 0.15}, "gradient": {"actor_norm": 1.5, "critic_norm": 0.8}, "performance": {"tokens_per_second": 1000.0, "step_time": 2.5, "gpu_memory_allocated": 40.5}, "timing": {"rollout": 1.2, "reward": 0.3}, "extra": {"actor/entropy": 0.91, "response_length/mean": 312.0}}
+{"step": 1, "timestamp": 1704672002.5, "loss": {"actor_loss": NaN, "total_loss": Infinity}, "kl": {"mean": -Infinity}, "extra": {"actor/entropy": NaN}, "anomalies": [{"type": "nan_inf", "severity": "critical", "message": "loss.actor_loss is NaN"}]}
+"""
+
+
+@pytest.fixture
+def job(metrics_dir: Path) -> Path:
+    path = metrics_dir / "run1_metrics.jsonl"
+    path.write_bytes(HAND_WRITTEN)
+    return path
+
+
+def test_a_hand_written_file_is_queryable_after_one_sync(client: TestClient, job: Path) -> None:
+    sync = client.post("/api/monitoring/run1/metrics/sync").json()
+    assert sync["new_metrics"] == 2 and sync["at_eof"] is True
+
+    body = client.get("/api/monitoring/run1/metrics").json()
+
+    assert body["job_id"] == "run1" and body["count"] == 2 and body["next_start_step"] is None
+    first = json.loads(HAND_WRITTEN.splitlines()[0])
+    assert body["metrics"][0] == first
+
+
+def test_non_finite_numbers_are_strings_in_standard_json(client: TestClient, job: Path) -> None:
+    client.post("/api/monitoring/run1/metrics/sync")
+
+    response = client.get("/api/monitoring/run1/metrics?start_step=1")
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"bare {token} in an API response")
+
+    body = json.loads(response.text, parse_constant=refuse)
+    (record,) = body["metrics"]
+    assert record["loss"] == {"actor_loss": "NaN", "total_loss": "Infinity"}
+    assert record["kl"] == {"mean": "-Infinity"}
+    assert record["extra"] == {"actor/entropy": "NaN"}
+    assert "critic_loss" not in record["loss"]
+
+
+def test_step_range_is_inclusive_and_pages_follow_next_start_step(
+    client: TestClient, metrics_dir: Path
+) -> None:
+    with (metrics_dir / "long_metrics.jsonl").open("wb") as handle:
+        for step in range(0, 50, 2):
+            handle.write(encode_record(build_record(step, {"loss": step}, timestamp=1.0)))
+    client.post("/api/monitoring/long/metrics/sync")
+
+    ranged = client.get("/api/monitoring/long/metrics?start_step=10&end_step=20").json()
+    assert [r["step"] for r in ranged["metrics"]] == [10, 12, 14, 16, 18, 20]
+
+    steps, start = [], 0
+    while start is not None:
+        page = client.get(f"/api/monitoring/long/metrics?start_step={start}&limit=7").json()
+        assert page["count"] <= 7
+        steps += [r["step"] for r in page["metrics"]]
+        start = page["next_start_step"]
+    assert steps == list(range(0, 50, 2))
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "start_step=-1",
+        "end_step=abc",
+        "start_step=5&end_step=4",
+        "limit=0",
+        "limit=100001",
+        "start_step=1e3",
+        "start_step=99999999999999999999999999",
+    ],
+)
+def test_bad_parameters_are_422(client: TestClient, job: Path, query: str) -> None:
+    response = client.get(f"/api/monitoring/run1/metrics?{query}")
+    assert response.status_code == 422
+    assert response.json()["code"] in ("validation_error", "invalid_parameter")
+
+
+def test_anomalies_report_their_source(client: TestClient, job: Path) -> None:
+    client.post("/api/monitoring/run1/metrics/sync")
+
+    body = client.get("/api/monitoring/run1/metrics/anomalies").json()
+
+    assert body["job_id"] == "run1"
+    assert [(a["step"], a["type"], a["severity"], a["source"]) for a in body["anomalies"]] == [
+        (1, "nan_inf", "critical", "callback")
+    ]
+    platform_only = client.get("/api/monitoring/run1/metrics/anomalies?source=platform")
+    assert platform_only.json()["anomalies"] == []
+    assert client.get("/api/monitoring/run1/metrics/anomalies?source=x").status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/monitoring/ghost/metrics"),
+        ("GET", "/api/monitoring/ghost/metrics/anomalies"),
+        ("POST", "/api/monitoring/ghost/metrics/sync"),
+    ],
+)
+def test_unknown_jobs_are_404_on_every_monitoring_route(
+    client: TestClient, method: str, path: str
+) -> None:
+    response = client.request(method, path)
+    assert response.status_code == 404
+    assert response.json()["code"] == "job_not_found"
+
+
+def test_sync_of_a_registered_job_whose_file_vanished_is_503_not_500(
+    client: TestClient, job: Path
+) -> None:
+    client.post("/api/monitoring/run1/metrics/sync")
+    job.unlink()
+
+    response = client.post("/api/monitoring/run1/metrics/sync")
+
+    assert response.status_code == 503
+    assert response.json()["code"] == "metrics_source_unavailable"
+    assert "run1_metrics.jsonl" in client.get("/api/jobs/run1").json()["last_sync_error"]
+
+
+def test_sync_counts_skipped_lines_and_explains_them(client: TestClient, metrics_dir: Path) -> None:
+    (metrics_dir / "messy_metrics.jsonl").write_bytes(
+        b'{"step": 1, "timestamp": 1.0}\n{broken\n{"step": 2, "timestamp": 2.0}\n{"step": 3'
+    )
+    body = client.post("/api/monitoring/messy/metrics/sync").json()
+    assert (body["new_metrics"], body["lines_malformed"]) == (2, 1)
+    assert len(body["errors"]) == 1 and "byte" in body["errors"][0]
+    records = client.get("/api/monitoring/messy/metrics").json()["metrics"]
+    assert [r["step"] for r in records] == [1, 2]
+    assert not any(isinstance(v, float) and math.isnan(v) for r in records for v in r.values())

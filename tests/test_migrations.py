@@ -1,0 +1,123 @@
+"""Alembic: one head, up/down/up on both databases, models == migrations, CLI no-op."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
+
+from tests.conftest import BACKENDS, POSTGRES_URL
+from training_platform.api.main import create_app
+from training_platform.core.database import (
+    SchemaOutOfDateError,
+    alembic_config,
+    current_revision,
+    head_revision,
+    make_engine,
+    prepare_schema,
+)
+from training_platform.settings import Settings
+
+TABLES = {"jobs", "training_metrics", "anomalies", "sync_state"}
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with nothing in it (not even alembic_version)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as exc:
+        admin.dispose()
+        pytest.skip(f"PostgreSQL not reachable at {POSTGRES_URL}: {exc.__class__.__name__}")
+    name = f"tp_mig_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_the_migration_tree_has_a_single_head() -> None:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    assert heads == [head_revision()]
+
+
+def test_upgrade_downgrade_upgrade_and_models_agree(empty_database_url: str) -> None:
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "head")
+    engine = make_engine(empty_database_url)
+    try:
+        assert TABLES <= set(inspect(engine).get_table_names())
+        command.downgrade(config, "base")
+        assert not TABLES & set(inspect(engine).get_table_names())
+        command.upgrade(config, "head")
+        command.upgrade(config, "head")  # twice is a no-op
+        assert current_revision(engine) == head_revision()
+        command.check(config)  # raises when models and migrations disagree
+    finally:
+        engine.dispose()
+
+
+def test_check_fails_when_the_models_drift(empty_database_url: str) -> None:
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "head")
+    engine = make_engine(empty_database_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP INDEX ix_anomalies_job_id_step"))
+    engine.dispose()
+    with pytest.raises(CommandError, match="New upgrade operations detected"):
+        command.check(config)
+
+
+def test_migrate_command_upgrades_then_is_a_no_op(empty_database_url: str) -> None:
+    env = {**os.environ, "DATABASE_URL": empty_database_url}
+    cli = [sys.executable, "-m", "training_platform", "migrate"]
+    first = subprocess.run(cli, env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run(cli, env=env, capture_output=True, text=True, check=True)
+    assert f"migrated from empty to {head_revision()}" in first.stdout
+    assert f"already at revision {head_revision()}" in second.stdout
+
+
+def test_serve_brings_a_fresh_sqlite_file_up_by_itself(tmp_path: Path) -> None:
+    database = tmp_path / "fresh" / "platform.db"
+    settings = Settings(
+        DATABASE_URL=f"sqlite:///{database}",
+        PLATFORM_METRICS_DIR=tmp_path,
+        PLATFORM_POLL_INTERVAL=0,
+    )
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/api/jobs").json() == {"jobs": []}
+    engine = make_engine(settings.database_url)
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
+
+
+def test_an_out_of_date_schema_is_refused_with_a_clear_message(empty_database_url: str) -> None:
+    engine = make_engine(empty_database_url)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32))"))
+        connection.execute(text("INSERT INTO alembic_version VALUES ('0000')"))
+    try:
+        with pytest.raises(SchemaOutOfDateError, match="training-platform migrate"):
+            prepare_schema(engine, auto_migrate=True)
+    finally:
+        engine.dispose()

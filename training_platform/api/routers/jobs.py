@@ -1,0 +1,127 @@
+"""`/api/jobs`: list, inspect and register training runs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, SyncServiceDep
+from training_platform.api.schemas import (
+    ErrorOut,
+    JobCreate,
+    JobList,
+    JobOut,
+    SSHSourceOut,
+    SyncStateOut,
+)
+from training_platform.core.jobs import (
+    JobSummary,
+    SSHSource,
+    register_job,
+    ssh_target,
+    summarize_jobs,
+)
+from training_platform.core.ssh import check_ssh_connection
+from training_platform.errors import HostKeyError, InvalidSourceError
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+def job_out(summary: JobSummary) -> JobOut:
+    job = summary.job
+    ssh = None
+    if job.source == "ssh":
+        ssh = SSHSourceOut(
+            host=job.ssh_host or "",
+            port=job.ssh_port or 22,
+            username=job.ssh_username or "",
+            key_path=job.ssh_key_path or "",
+            remote_dir=job.ssh_remote_dir or "",
+        )
+    return JobOut(
+        job_id=job.job_id,
+        source="ssh" if job.source == "ssh" else "local",
+        discovered=job.discovered,
+        metrics_dir=job.metrics_dir,
+        ssh=ssh,
+        status=job.status,
+        current_step=job.current_step,
+        total_steps=job.total_steps,
+        anomaly_detected=job.anomaly_detected,
+        anomaly_reason=job.anomaly_reason,
+        has_anomaly=job.anomaly_detected or summary.anomaly_count > 0,
+        anomaly_count=summary.anomaly_count,
+        metrics_count=summary.metrics_count,
+        latest_step=summary.latest_step,
+        started_at=job.started_at,
+        updated_at=job.updated_at,
+        created_at=job.created_at,
+        last_synced_at=job.last_synced_at,
+        last_sync_error=job.last_sync_error,
+        sync=SyncStateOut.model_validate(summary.sync) if summary.sync else None,
+    )
+
+
+@router.get("", response_model=JobList, summary="List jobs")
+def list_jobs_route(session: SessionDep, sync_service: SyncServiceDep) -> JobList:
+    """Every known job, newest first: discovered in `PLATFORM_METRICS_DIR` or registered.
+
+    The metrics directory is scanned on each call, so a job whose files just
+    appeared is listed even before the background poller has seen it.
+    """
+    sync_service.discover()
+    return JobList(jobs=[job_out(summary) for summary in summarize_jobs(session)])
+
+
+@router.get(
+    "/{job_id}",
+    response_model=JobOut,
+    summary="Get one job",
+    responses={404: {"model": ErrorOut, "description": "Unknown job"}},
+)
+def get_job_route(job_id: KnownJobId, session: SessionDep) -> JobOut:
+    """Status (from the trainer's status file), progress, anomaly flags and sync counters."""
+    return job_out(summarize_jobs(session, job_id)[0])
+
+
+@router.post(
+    "",
+    response_model=JobOut,
+    status_code=status.HTTP_201_CREATED,
+    summary="Register a job",
+    responses={
+        200: {"model": JobOut, "description": "Already registered with the same source"},
+        409: {"model": ErrorOut, "description": "The id is taken by a different source"},
+        422: {
+            "model": ErrorOut,
+            "description": "Bad id, missing directory, key outside "
+            "the key directory, or an SSH host whose key is unknown or changed",
+        },
+    },
+)
+def register_job_route(
+    body: JobCreate, response: Response, session: SessionDep, settings: SettingsDep
+) -> JobOut:
+    """Register a job whose files are in a local directory or on an SSH host.
+
+    SSH hosts are checked once here: a host missing from `known_hosts` (or
+    presenting a changed key) is refused. A host that is merely unreachable is
+    registered; its sync errors show in `last_sync_error`.
+    """
+    ssh = None
+    if body.ssh is not None:
+        ssh = SSHSource(**body.ssh.model_dump())
+    job, created = register_job(
+        session, settings, job_id=body.job_id, metrics_dir=body.metrics_dir, ssh=ssh
+    )
+    if created and ssh is not None:
+        try:
+            check_ssh_connection(ssh_target(job, settings))
+        except HostKeyError as exc:
+            session.rollback()
+            raise InvalidSourceError(str(exc)) from exc
+        except Exception as exc:  # unreachable now; the poller will retry
+            job.last_sync_error = str(exc)[:2000]
+    session.commit()
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return job_out(summarize_jobs(session, job.job_id)[0])

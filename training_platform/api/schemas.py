@@ -1,0 +1,139 @@
+"""Request and response models of the REST API."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from training_platform.callbacks.wire import JOB_ID_PATTERN
+
+JobId = Annotated[
+    str,
+    Field(
+        pattern=JOB_ID_PATTERN.pattern,
+        description="1-128 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit.",
+        examples=["grpo_run_7"],
+    ),
+]
+
+
+class SSHSourceIn(BaseModel):
+    """Where an SSH job's files are. Key-based auth only: no password is accepted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(min_length=1, max_length=255, examples=["gpu-node-3"])
+    port: int = Field(default=22, ge=1, le=65535)
+    username: str = Field(min_length=1, max_length=255, examples=["alice"])
+    key_path: str = Field(
+        min_length=1, description="Private key file; must lie inside the server's key directory."
+    )
+    remote_dir: str = Field(min_length=1, examples=["/home/alice/platform_metrics"])
+
+
+class JobCreate(BaseModel):
+    """Register a job: exactly one of `metrics_dir` (a local directory) and `ssh`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: JobId
+    metrics_dir: str | None = Field(default=None, min_length=1, examples=["/data/runs"])
+    ssh: SSHSourceIn | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> JobCreate:
+        if (self.metrics_dir is None) == (self.ssh is None):
+            raise ValueError("give exactly one of 'metrics_dir' and 'ssh'")
+        return self
+
+
+class SSHSourceOut(BaseModel):
+    host: str
+    port: int
+    username: str
+    key_path: str
+    remote_dir: str
+
+
+class SyncStateOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    offset: int = Field(description="Bytes of the metrics file ingested so far.")
+    lines_malformed: int = Field(description="Lines skipped as invalid JSON or invalid records.")
+    lines_oversized: int = Field(description="Lines skipped for exceeding the size limit.")
+    records_ingested: int
+    resets: int = Field(description="Times the file was found truncated or replaced.")
+    updated_at: float | None
+
+
+class JobOut(BaseModel):
+    job_id: str
+    source: Literal["local", "ssh"]
+    discovered: bool = Field(description="Found in PLATFORM_METRICS_DIR rather than registered.")
+    metrics_dir: str | None
+    ssh: SSHSourceOut | None
+    status: str = Field(description="pending, running, completed, failed or stopped.")
+    current_step: int | None
+    total_steps: int | None
+    anomaly_detected: bool = Field(description="What the trainer's status file says.")
+    anomaly_reason: str | None
+    has_anomaly: bool = Field(description="Any anomaly stored for this job, from any source.")
+    anomaly_count: int
+    metrics_count: int
+    latest_step: int | None
+    started_at: float | None
+    updated_at: float | None
+    created_at: float
+    last_synced_at: float | None
+    last_sync_error: str | None
+    sync: SyncStateOut | None
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class AnomalyOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    step: int
+    type: str
+    severity: str
+    message: str
+    source: Literal["callback", "platform"]
+    created_at: float
+
+
+class AnomalyList(BaseModel):
+    job_id: str
+    anomalies: list[AnomalyOut]
+
+
+class MetricsHistory(BaseModel):
+    """Records in DESIGN.md's nested shape; non-finite numbers as "NaN"/"Infinity"/"-Infinity"."""
+
+    job_id: str
+    metrics: list[dict[str, Any]]
+    count: int
+    next_start_step: int | None = Field(
+        description="Pass as start_step to get the next page; null when this was the last."
+    )
+
+
+class SyncOut(BaseModel):
+    job_id: str
+    new_metrics: int = Field(description="Records written by this sync (one per step).")
+    lines_malformed: int
+    lines_oversized: int
+    resets: int
+    offset: int
+    file_size: int
+    at_eof: bool
+    status_changed: bool
+    errors: list[str] = Field(description="The first few reasons lines were skipped.")
+
+
+class ErrorOut(BaseModel):
+    detail: Any
+    code: str

@@ -1,0 +1,1 @@
+"""Trainer side: hooks, PlatformCallback, detectors and adapters (no server imports)."""

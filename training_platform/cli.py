@@ -1,0 +1,113 @@
+"""The command line: `training-platform serve | migrate | sync | ...` (typer)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from training_platform.settings import Settings
+
+app = typer.Typer(
+    name="training-platform",
+    help="Monitoring for LLM reinforcement-learning training runs.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _settings(**overrides: object) -> Settings:
+    values = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(**values)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address [env PLATFORM_HOST].")] = None,
+    port: Annotated[int | None, typer.Option(help="Bind port [env PLATFORM_PORT].")] = None,
+    metrics_dir: Annotated[
+        Path | None, typer.Option(help="Metrics directory [env PLATFORM_METRICS_DIR].")
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Start the API server (and its background sync) in this process."""
+    import uvicorn
+
+    from training_platform.api.main import create_app
+
+    settings = _settings(
+        PLATFORM_HOST=host,
+        PLATFORM_PORT=port,
+        PLATFORM_METRICS_DIR=metrics_dir,
+        DATABASE_URL=database_url,
+    )
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+
+
+@app.command()
+def migrate(
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
+    ] = None,
+) -> None:
+    """Upgrade the database schema to the newest revision (a no-op when current)."""
+    from training_platform.core.database import current_revision, make_engine, migrate_to_head
+
+    settings = _settings(DATABASE_URL=database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        before = current_revision(engine)
+        migrate_to_head(engine)
+        after = current_revision(engine)
+    finally:
+        engine.dispose()
+    if before == after:
+        typer.echo(f"database already at revision {after}")
+    else:
+        typer.echo(f"database migrated from {before or 'empty'} to {after}")
+
+
+@app.command()
+def sync(
+    job_id: Annotated[
+        str | None, typer.Argument(help="Only this job (default: every known job).")
+    ] = None,
+    metrics_dir: Annotated[
+        Path | None, typer.Option(help="Metrics directory [env PLATFORM_METRICS_DIR].")
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
+    ] = None,
+) -> None:
+    """Discover jobs and ingest new lines once, without starting the server."""
+    from training_platform.core.database import make_engine, make_session_factory, prepare_schema
+    from training_platform.core.sync_service import SyncService
+
+    settings = _settings(PLATFORM_METRICS_DIR=metrics_dir, DATABASE_URL=database_url)
+    engine = make_engine(settings.database_url)
+    service = SyncService(make_session_factory(engine), settings)
+    try:
+        prepare_schema(engine, auto_migrate=settings.auto_migrate)
+        if job_id is not None:
+            outcomes = {job_id: service.sync_job(job_id)}
+        else:
+            outcomes = service.poll_once()
+        for name, outcome in sorted(outcomes.items()):
+            result = outcome.result
+            typer.echo(
+                f"{name}: {result.new_metrics} new records, {result.lines_malformed} malformed "
+                f"and {result.lines_oversized} oversized lines skipped, offset {result.offset}"
+            )
+    finally:
+        service.close()
+        engine.dispose()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,166 @@
+"""Engine, sessions and schema management (SQLite by default, PostgreSQL in production).
+
+The engine is built by the caller (the app's lifespan, the CLI, a test) from a
+URL; nothing here runs at import time. The schema only changes through Alembic
+(`migrations/` at the repository root); `migrate_to_head` drives it from code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import MetaData, create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+from training_platform.errors import PlatformError
+
+logger = logging.getLogger(__name__)
+
+# Every constraint gets a predictable name, so migrations can drop or alter it
+# on both databases (SQLite's batch mode needs names to find constraints).
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MIGRATIONS_DIR = REPO_ROOT / "migrations"
+ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class SchemaOutOfDateError(PlatformError):
+    """The database is at an older schema revision than this code expects."""
+
+
+def _json_dumps(value: Any) -> str:
+    # orjson writes NaN as null: callers keep non-finite values aside (see
+    # metric_rows.py), so JSON columns only ever hold standard JSON.
+    return orjson.dumps(value).decode()
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for `url` with the per-dialect settings this project relies on."""
+    parsed = make_url(url)
+    options: dict[str, Any] = {
+        "json_serializer": _json_dumps,
+        "json_deserializer": orjson.loads,
+        **kwargs,
+    }
+    if parsed.get_backend_name() == "sqlite":
+        options.setdefault("connect_args", {})
+        # Sync runs in worker threads; SQLite's own locking serialises writers.
+        options["connect_args"].setdefault("check_same_thread", False)
+        options["connect_args"].setdefault("timeout", 30)
+        database = parsed.database
+        if database and database != ":memory:":
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    else:
+        options.setdefault("pool_pre_ping", True)
+    engine = create_engine(parsed, **options)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers (REST, WebSocket backfill) proceed while a sync writes;
+    # NORMAL sync is still crash-safe in WAL mode (a crash loses at most the
+    # last transactions, never consistency, and the offset commits with them).
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def dialect_insert(session: Session) -> Any:
+    """`insert()` of the session's dialect, which has `on_conflict_do_update`.
+
+    SQLite (3.24+) and PostgreSQL share the ON CONFLICT syntax, so one upsert
+    statement serves both; SQLAlchemy exposes it per dialect.
+    """
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = session.get_bind().dialect.name
+    return (postgresql if dialect == "postgresql" else sqlite).insert
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(bind=engine, expire_on_commit=False, autoflush=False)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session that commits on success and rolls back on any error."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def alembic_config(url: str | None = None) -> Config:
+    config = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url is not None:
+        # ConfigParser treats % as interpolation; URLs may contain %-escapes.
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def migrate_to_head(engine: Engine) -> None:
+    """Upgrade the database to the newest schema; a no-op when it is there already."""
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def prepare_schema(engine: Engine, *, auto_migrate: bool) -> None:
+    """Bring a fresh database to head; refuse to run on an out-of-date one.
+
+    An existing database at an older revision is not upgraded silently: a
+    migration on a production PostgreSQL is an operator's decision
+    (`training-platform migrate`).
+    """
+    current, head = current_revision(engine), head_revision()
+    if current == head:
+        return
+    if current is None and auto_migrate:
+        logger.info("fresh database: creating the schema (revision %s)", head)
+        migrate_to_head(engine)
+        return
+    raise SchemaOutOfDateError(
+        f"database schema is at revision {current or 'none'}, this version needs {head}: "
+        "run `training-platform migrate`"
+    )

@@ -1,0 +1,324 @@
+"""Incremental readers of a job's files: ``{job_id}_metrics.jsonl`` and ``_status.json``.
+
+Works like a file tailer (pygtail, Fluent Bit's tail input): the caller keeps a
+`ReadPosition` (byte offset + fingerprint of the file's first bytes) and commits
+it together with the records it got, so a crash between read and commit just
+reads the same lines again. Every read seeks to the offset and reads only new
+bytes, so its cost does not depend on how long the file already is.
+
+The rules about lines live in `line_scanner.scan_lines`, shared by both
+readers; a reader only supplies "read `size` bytes at `offset`" for its kind
+of file (a local descriptor or an SFTP handle).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import stat
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+import paramiko
+
+from training_platform.callbacks.wire import JOB_ID_PATTERN, validate_job_id
+from training_platform.core.line_scanner import ReadAt, ReadBatch, ReadPosition, scan_lines
+from training_platform.core.ssh import SSHConnection, SSHTarget, sftp_read_at
+from training_platform.errors import MetricsSourceError
+
+logger = logging.getLogger(__name__)
+
+METRICS_SUFFIX: Final = "_metrics.jsonl"
+STATUS_SUFFIX: Final = "_status.json"
+STATUS_MAX_BYTES: Final = 1 << 20
+
+__all__ = [
+    "LocalMetricsReader",
+    "MetricsReader",
+    "ReadBatch",
+    "ReadPosition",
+    "SSHMetricsReader",
+    "discover_job_ids",
+]
+
+
+def _as_position(position: ReadPosition | int) -> ReadPosition:
+    if isinstance(position, ReadPosition):
+        return position
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(f"position must be a ReadPosition or an offset >= 0, got {position!r}")
+    return ReadPosition(offset=position)
+
+
+def parse_status(data: bytes, where: str) -> dict[str, Any] | None:
+    """A status file's JSON object, or None (logged) when it is not one."""
+    try:
+        status = json.loads(data.decode("utf-8-sig"))  # accepts NaN/Infinity tokens
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        logger.warning("ignoring unparsable status file %s: %s", where, exc)
+        return None
+    if not isinstance(status, dict):
+        logger.warning("ignoring status file %s: not a JSON object", where)
+        return None
+    return status
+
+
+def discover_job_ids(directory: Path) -> list[str]:
+    """Job ids of the ``{job_id}_metrics.jsonl`` files in `directory` (not recursive).
+
+    Names whose id does not match the job id pattern are ignored; a missing
+    directory has no jobs.
+    """
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for entry in entries:
+        job_id = entry.name.removesuffix(METRICS_SUFFIX)
+        if job_id != entry.name and JOB_ID_PATTERN.fullmatch(job_id) and entry.is_file():
+            found.append(job_id)
+    return sorted(found)
+
+
+class MetricsReader(ABC):
+    """Reads one job's files. Subclasses only say how to reach the bytes."""
+
+    job_id: str
+
+    def __init__(self, job_id: str, *, max_line_bytes: int, max_bytes: int) -> None:
+        self.job_id = validate_job_id(job_id)  # it becomes part of a path
+        if max_line_bytes < 1 or max_bytes < 1:
+            raise ValueError("max_line_bytes and max_bytes must be >= 1")
+        self.max_line_bytes = max_line_bytes
+        self.max_bytes = max_bytes
+
+    def read_metrics_incremental(
+        self, position: ReadPosition | int = 0, *, max_bytes: int | None = None
+    ) -> ReadBatch:
+        """Records of the complete lines after `position`, and where to continue.
+
+        An int is an offset without fingerprint (a first read). A truncated or
+        replaced file is read from byte 0 with ``reset=True``. Reads at most
+        about `max_bytes` (default: the reader's); ``at_eof=False`` means call
+        again with the returned position. Raises `MetricsSourceError` when the
+        file is missing or cannot be reached; nothing is consumed then.
+        """
+        start = _as_position(position)
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        if limit < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {limit}")
+        return self._with_metrics_file(
+            lambda read_at, size: scan_lines(
+                read_at, size, start, max_line_bytes=self.max_line_bytes, max_bytes=limit
+            )
+        )
+
+    def read_status(self) -> dict[str, Any] | None:
+        """The parsed status file; None when absent or unparsable (logged)."""
+        data = self._read_status_bytes(STATUS_MAX_BYTES + 1)
+        if data is None:
+            return None
+        if len(data) > STATUS_MAX_BYTES:
+            logger.warning(
+                "ignoring status file %s: over %d bytes", self.status_location, len(data)
+            )
+            return None
+        return parse_status(data, self.status_location)
+
+    @abstractmethod
+    def metrics_file_exists(self) -> bool: ...
+
+    @property
+    @abstractmethod
+    def status_location(self) -> str:
+        """Where the status file is, for messages."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; the reader must not be used afterwards."""
+
+    @abstractmethod
+    def _with_metrics_file(self, scan: Callable[[ReadAt, int], ReadBatch]) -> ReadBatch:
+        """Open the metrics file afresh, call ``scan(read_at, size)``, close it.
+
+        Opened on every call, never kept open: a file replaced by rename must
+        be seen as the new file, which a kept-open handle would hide.
+        """
+
+    @abstractmethod
+    def _read_status_bytes(self, limit: int) -> bytes | None:
+        """Up to `limit` bytes of the status file, None when it does not exist."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _pread(fd: int, offset: int, size: int) -> bytes:
+    data = os.pread(fd, size, offset)
+    if len(data) == size or not data:
+        return data
+    parts = [data]  # a short read before end of file is legal; finish it
+    got = len(data)
+    while got < size:
+        more = os.pread(fd, size - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def _open_regular(path: Path) -> tuple[int, int]:
+    """Open `path` for reading; return (fd, size). Refuses anything but a regular file."""
+    # O_NONBLOCK: opening a FIFO planted under the job's name must not hang us.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+class LocalMetricsReader(MetricsReader):
+    """Reads ``{directory}/{job_id}_metrics.jsonl`` on this machine."""
+
+    def __init__(
+        self,
+        job_id: str,
+        directory: Path | str,
+        *,
+        max_line_bytes: int = 1 << 20,
+        max_bytes: int = 8 << 20,
+    ) -> None:
+        super().__init__(job_id, max_line_bytes=max_line_bytes, max_bytes=max_bytes)
+        self.directory = Path(directory)
+        self.metrics_path = self.directory / f"{self.job_id}{METRICS_SUFFIX}"
+        self.status_path = self.directory / f"{self.job_id}{STATUS_SUFFIX}"
+
+    def _with_metrics_file(self, scan: Callable[[ReadAt, int], ReadBatch]) -> ReadBatch:
+        path = self.metrics_path
+        try:
+            fd, size = _open_regular(path)
+        except FileNotFoundError:
+            raise MetricsSourceError(f"metrics file {path} does not exist") from None
+        except OSError as exc:
+            raise MetricsSourceError(f"cannot open {path}: {exc.strerror or exc}") from None
+        try:
+            return scan(lambda offset, n: _pread(fd, offset, n), size)
+        except OSError as exc:
+            raise MetricsSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+
+    def _read_status_bytes(self, limit: int) -> bytes | None:
+        try:
+            fd, _ = _open_regular(self.status_path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            logger.warning("cannot read status file %s: %s", self.status_path, exc)
+            return None
+        try:
+            return _pread(fd, 0, limit)
+        finally:
+            os.close(fd)
+
+    def metrics_file_exists(self) -> bool:
+        return self.metrics_path.is_file()
+
+    @property
+    def status_location(self) -> str:
+        return str(self.status_path)
+
+    def close(self) -> None:
+        pass  # every call opens and closes its own file: nothing is held
+
+
+class SSHMetricsReader(MetricsReader):
+    """Reads ``{remote_dir}/{job_id}_metrics.jsonl`` on an SSH host over SFTP.
+
+    Keeps one connection, re-established when it drops (see `SSHConnection`):
+    a read that fails half-way is run again from the caller's position, and
+    one that gives up has consumed nothing, so the caller retries later with
+    the position it committed. `attempts` and `backoff` bound each call.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        remote_dir: str,
+        target: SSHTarget,
+        *,
+        max_line_bytes: int = 1 << 20,
+        max_bytes: int = 8 << 20,
+        attempts: int = 3,
+        backoff: float = 0.5,
+    ) -> None:
+        super().__init__(job_id, max_line_bytes=max_line_bytes, max_bytes=max_bytes)
+        self.target = target
+        self.remote_dir = remote_dir
+        self.metrics_path = posixpath.join(remote_dir, f"{self.job_id}{METRICS_SUFFIX}")
+        self.status_path = posixpath.join(remote_dir, f"{self.job_id}{STATUS_SUFFIX}")
+        self.connection = SSHConnection(target, attempts=attempts, backoff=backoff)
+
+    def _with_metrics_file(self, scan: Callable[[ReadAt, int], ReadBatch]) -> ReadBatch:
+        where = f"{self.target.address}:{self.metrics_path}"
+
+        def read(sftp: paramiko.SFTPClient) -> ReadBatch:
+            try:
+                file = sftp.open(self.metrics_path, "rb")
+            except FileNotFoundError:
+                raise MetricsSourceError(f"metrics file {where} does not exist") from None
+            except PermissionError as exc:
+                raise MetricsSourceError(f"cannot open {where}: {exc}") from None
+            with file:
+                info = file.stat()
+                if not stat.S_ISREG(info.st_mode or 0):
+                    raise MetricsSourceError(f"{where} is not a regular file")
+                size = info.st_size or 0
+                return scan(lambda offset, n: sftp_read_at(file, offset, n), size)
+
+        return self.connection.run(read)
+
+    def _read_status_bytes(self, limit: int) -> bytes | None:
+        def read(sftp: paramiko.SFTPClient) -> bytes | None:
+            try:
+                with sftp.open(self.status_path, "rb") as file:
+                    return file.read(limit)
+            except (FileNotFoundError, PermissionError):
+                return None
+
+        return self.connection.run(read)
+
+    def metrics_file_exists(self) -> bool:
+        def check(sftp: paramiko.SFTPClient) -> bool:
+            try:
+                return stat.S_ISREG(sftp.stat(self.metrics_path).st_mode or 0)
+            except FileNotFoundError:
+                return False
+
+        return self.connection.run(check)
+
+    @property
+    def status_location(self) -> str:
+        return f"{self.target.address}:{self.status_path}"
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,43 @@
+"""Domain errors, shared by the trainer side and the platform.
+
+Nothing here knows about HTTP: `training_platform.api.errors` maps these classes
+onto status codes and WebSocket close codes in one table.
+"""
+
+from __future__ import annotations
+
+
+class PlatformError(Exception):
+    """Base of every error the platform raises on purpose."""
+
+
+class InvalidJobIdError(PlatformError, ValueError):
+    """A job id that does not match DESIGN.md's pattern (it becomes part of file paths)."""
+
+
+class RecordError(PlatformError, ValueError):
+    """A metrics line that is valid JSON but not a valid record (e.g. no `step`)."""
+
+
+class InvalidParameterError(PlatformError, ValueError):
+    """A request parameter that is well-typed but makes no sense (e.g. start after end)."""
+
+
+class JobNotFoundError(PlatformError, LookupError):
+    """No job with that id is known (neither discovered nor registered)."""
+
+
+class JobConflictError(PlatformError):
+    """A job with that id exists already with a different source."""
+
+
+class InvalidSourceError(PlatformError, ValueError):
+    """A job source that cannot be used: directory missing, key outside the key dir, ..."""
+
+
+class MetricsSourceError(PlatformError):
+    """The job's files cannot be read right now (missing file, SSH host down, ...)."""
+
+
+class HostKeyError(MetricsSourceError):
+    """The SSH host presented an unknown or changed host key; we refuse to talk to it."""
