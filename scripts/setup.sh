@@ -60,8 +60,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # torch first and pinned: 2.13.0 is a local CPU wheel here; an unpinned torch
     # (or one pulled in by transformers) would download gigabytes of CUDA packages.
     .venv/bin/pip install -q "torch==2.13.0"
-    extras="torch,hf"
-    [ "$mode" = test ] && extras="torch,hf,dev"
+    extras="torch,hf,tools"
+    [ "$mode" = test ] && extras="torch,hf,tools,dev"
     .venv/bin/pip install -q -e ".[$extras]"
     echo "$want" >"$stamp"
 fi

@@ -56,7 +56,8 @@ class _PostgresServer:
             with admin.connect() as connection:
                 connection.execute(text("SELECT 1"))
         except Exception as exc:
-            self.skip_reason = f"PostgreSQL not reachable at {POSTGRES_URL}: {exc.__class__.__name__}"
+            reason = exc.__class__.__name__
+            self.skip_reason = f"PostgreSQL not reachable at {POSTGRES_URL}: {reason}"
             admin.dispose()
             pytest.skip(self.skip_reason)
         name = f"tp_test_{uuid.uuid4().hex[:12]}"

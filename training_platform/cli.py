@@ -94,10 +94,7 @@ def sync(
     service = SyncService(make_session_factory(engine), settings)
     try:
         prepare_schema(engine, auto_migrate=settings.auto_migrate)
-        if job_id is not None:
-            outcomes = {job_id: service.sync_job(job_id)}
-        else:
-            outcomes = service.poll_once()
+        outcomes = {job_id: service.sync_job(job_id)} if job_id is not None else service.poll_once()
         for name, outcome in sorted(outcomes.items()):
             result = outcome.result
             typer.echo(
@@ -107,6 +104,82 @@ def sync(
     finally:
         service.close()
         engine.dispose()
+
+
+@app.command()
+def demo(
+    host: Annotated[str | None, typer.Option(help="Bind address [env PLATFORM_HOST].")] = None,
+    port: Annotated[int | None, typer.Option(help="Bind port [env PLATFORM_PORT].")] = None,
+    metrics_dir: Annotated[
+        Path | None, typer.Option(help="Metrics directory [env PLATFORM_METRICS_DIR].")
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
+    ] = None,
+    steps: Annotated[int, typer.Option(min=1, help="GRPO steps of the demo run.")] = 3000,
+    step_delay: Annotated[
+        float, typer.Option(min=0.0, help="Seconds between steps, so charts move visibly.")
+    ] = 0.1,
+    lr_spike_at: Annotated[
+        int | None,
+        typer.Option(help="Inject a learning-rate spike (KL blow-up) at this step; 0: none."),
+    ] = 400,
+) -> None:
+    """Serve the platform (embedded SQLite by default) with a live demo GRPO run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import uvicorn
+
+    from training_platform.api.main import create_app
+
+    settings = _settings(
+        PLATFORM_HOST=host,
+        PLATFORM_PORT=port,
+        PLATFORM_METRICS_DIR=metrics_dir,
+        DATABASE_URL=database_url,
+    )
+    settings.metrics_dir.mkdir(parents=True, exist_ok=True)
+    job_id = time.strftime("demo-grpo-%Y%m%d-%H%M%S")
+    command = [
+        sys.executable, "-m", "training_platform", "demo-train",
+        "--job-id", job_id, "--output-dir", str(settings.metrics_dir),
+        "--steps", str(steps), "--step-delay", str(step_delay), "--profile",
+    ]  # fmt: skip
+    if lr_spike_at:
+        command += ["--lr-spike-at", str(lr_spike_at)]
+    logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
+    # A separate process, as a real trainer would be: its CPU work never
+    # competes with the server's event loop for the GIL.
+    trainer = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    url = f"http://{settings.host}:{settings.port}"
+    typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
+    typer.echo(f"  demo run {job_id!r} writes to {settings.metrics_dir}; Ctrl-C stops both.\n")
+    try:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+    finally:
+        # SIGINT, not SIGTERM: the trainer sees KeyboardInterrupt, so its status
+        # file says "stopped" instead of staying "running" forever.
+        trainer.send_signal(signal.SIGINT)
+        try:
+            trainer.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            trainer.kill()
+
+
+def _register_tools() -> None:
+    # These modules import only typer at the top; torch and matplotlib load when run.
+    from training_platform.demo.cli import demo_train
+    from training_platform.tools.cli import gpu_check, profile_inference
+
+    app.command("demo-train")(demo_train)
+    app.command("gpu-check")(gpu_check)
+    app.command("profile-inference")(profile_inference)
+
+
+_register_tools()
 
 
 def main() -> None:

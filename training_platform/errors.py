@@ -27,6 +27,10 @@ class JobNotFoundError(PlatformError, LookupError):
     """No job with that id is known (neither discovered nor registered)."""
 
 
+class ArtifactNotFoundError(PlatformError, LookupError):
+    """No such artifact file for the job (or one we refuse to serve, like a symlink)."""
+
+
 class JobConflictError(PlatformError):
     """A job with that id exists already with a different source."""
 

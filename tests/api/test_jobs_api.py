@@ -79,20 +79,55 @@ def test_register_a_local_directory_then_same_again_then_conflict(
         ({"job_id": "x", "metrics_dir": "/definitely/not/here"}, "invalid_source"),
         ({"job_id": "../etc", "metrics_dir": "/tmp"}, "validation_error"),
         ({"job_id": "x"}, "validation_error"),
-        ({"job_id": "x", "metrics_dir": "/tmp", "ssh": {"host": "h", "username": "u",
-          "key_path": "k", "remote_dir": "/r"}}, "validation_error"),
-        ({"job_id": "x", "ssh": {"host": "h", "username": "u", "key_path": "k",
-          "remote_dir": "/r", "password": "hunter2"}}, "validation_error"),
-        ({"job_id": "x", "ssh": {"host": "h", "username": "u", "key_path": "/etc/passwd",
-          "remote_dir": "/r"}}, "invalid_source"),
-        ({"job_id": "x", "ssh": {"host": "h", "username": "u", "key_path": "../../id_rsa",
-          "remote_dir": "/r"}}, "invalid_source"),
+        (
+            {
+                "job_id": "x",
+                "metrics_dir": "/tmp",
+                "ssh": {"host": "h", "username": "u", "key_path": "k", "remote_dir": "/r"},
+            },
+            "validation_error",
+        ),
+        (
+            {
+                "job_id": "x",
+                "ssh": {
+                    "host": "h",
+                    "username": "u",
+                    "key_path": "k",
+                    "remote_dir": "/r",
+                    "password": "hunter2",
+                },
+            },
+            "validation_error",
+        ),
+        (
+            {
+                "job_id": "x",
+                "ssh": {
+                    "host": "h",
+                    "username": "u",
+                    "key_path": "/etc/passwd",
+                    "remote_dir": "/r",
+                },
+            },
+            "invalid_source",
+        ),
+        (
+            {
+                "job_id": "x",
+                "ssh": {
+                    "host": "h",
+                    "username": "u",
+                    "key_path": "../../id_rsa",
+                    "remote_dir": "/r",
+                },
+            },
+            "invalid_source",
+        ),
         ({"job_id": "x", "metrics_dir": "/tmp", "surprise": 1}, "validation_error"),
     ],
 )
-def test_bad_registrations_are_422_with_a_reason(
-    client: TestClient, body: dict, code: str
-) -> None:
+def test_bad_registrations_are_422_with_a_reason(client: TestClient, body: dict, code: str) -> None:
     response = client.post("/api/jobs", json=body)
     assert response.status_code == 422
     assert response.json()["code"] == code

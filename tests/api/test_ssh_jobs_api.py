@@ -70,9 +70,7 @@ def test_a_remote_file_is_queryable_after_one_sync(ssh_client: TestClient, sshd:
     assert steps == [0, 1, 2, 3]
 
 
-def test_an_unknown_host_key_is_refused_at_registration(
-    settings: Settings, sshd: SSHD
-) -> None:
+def test_an_unknown_host_key_is_refused_at_registration(settings: Settings, sshd: SSHD) -> None:
     untrusting = settings.model_copy(update={"ssh_key_dir": sshd.key_dir})
     with TestClient(create_app(untrusting)) as client:
         response = client.post("/api/jobs", json=ssh_body(sshd))

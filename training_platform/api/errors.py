@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from training_platform.errors import (
+    ArtifactNotFoundError,
     HostKeyError,
     InvalidJobIdError,
     InvalidParameterError,
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 # Most specific first: HostKeyError is also a MetricsSourceError.
 ERROR_STATUS: list[tuple[type[PlatformError], int, str]] = [
     (JobNotFoundError, 404, "job_not_found"),
+    (ArtifactNotFoundError, 404, "artifact_not_found"),
     (InvalidJobIdError, 422, "invalid_job_id"),
     (InvalidSourceError, 422, "invalid_source"),
     (InvalidParameterError, 422, "invalid_parameter"),

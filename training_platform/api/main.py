@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from training_platform import __version__
 from training_platform.api.deps import require_token
 from training_platform.api.errors import install_error_handlers
-from training_platform.api.routers import jobs, monitoring
+from training_platform.api.routers import artifacts, jobs, monitoring
 from training_platform.core.database import make_engine, make_session_factory, prepare_schema
 from training_platform.core.sync_service import SyncService
 from training_platform.settings import Settings
@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api = APIRouter(prefix="/api", dependencies=[Depends(require_token)])
     api.include_router(jobs.router)
     api.include_router(monitoring.router)
+    api.include_router(artifacts.router)
     app.include_router(api)
 
     @app.get("/healthz", tags=["health"], summary="Liveness")

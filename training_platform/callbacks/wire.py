@@ -229,7 +229,12 @@ class _Builder:
                 self.extra[key] = number
         elif key.startswith(TIMING_PREFIXES):
             stage = key[key.index("/") + 1 :]
-            self.groups.setdefault("timing", {})[stage] = number
+            held = self.ranks.get(("timing", stage))
+            if held is not None and held[0] < 0:  # an explicit timing group came first
+                self.extra[key] = number
+            else:
+                self.groups.setdefault("timing", {})[stage] = number
+                self.ranks[("timing", stage)] = (0, key)
         else:
             self.extra[key] = number
 
@@ -256,6 +261,9 @@ class _Builder:
             if group == "extra":
                 fields[field] = _extra_value(value)
             elif number is not None and (known is None or field in known):
+                held = self.ranks.get((group, field))
+                if held is not None and held[0] >= 0:  # a flat key came first: keep it in extra
+                    self.extra[held[1]] = fields[field]
                 fields[field] = number
                 self.ranks[(group, field)] = (-1, field)  # explicit groups beat flat keys
             else:  # unknown field of a known group, or a non-number: keep it aside

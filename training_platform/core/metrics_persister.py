@@ -21,7 +21,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,12 +229,16 @@ def sync_metrics_from_file(
     reader: MetricsReader,
     *,
     max_batches: int | None = None,
+    on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> SyncResult:
     """Ingest every complete new line of the job's metrics file.
 
     Loops batch by batch (each bounded by the reader's `max_bytes`, each its own
     transaction) until the reader reports end of file or `max_batches` is hit.
-    Raises `MetricsSourceError` when the file cannot be read.
+    `on_commit`, if given, receives each batch's records (one per step, the
+    newest, in file order) right after their transaction commits: only stored
+    records are ever announced. Raises `MetricsSourceError` when the file
+    cannot be read.
     """
     result = SyncResult(job_id=job_id)
     batches = 0
@@ -290,6 +294,9 @@ def sync_metrics_from_file(
             raise
         finally:
             session.close()
+        if on_commit is not None and batch.records:
+            latest = {record["step"]: record for record in batch.records}
+            on_commit(sorted(latest.values(), key=_file_order(batch.records)))
         result.new_metrics += written
         result.lines_malformed += batch.malformed
         result.lines_oversized += batch.oversized
@@ -302,6 +309,12 @@ def sync_metrics_from_file(
         if batch.at_eof or (max_batches is not None and batches >= max_batches):
             break
     return result
+
+
+def _file_order(records: list[dict[str, Any]]) -> Callable[[dict[str, Any]], int]:
+    """Sort key: where each step's newest record stands in the batch."""
+    last_index = {record["step"]: index for index, record in enumerate(records)}
+    return lambda record: last_index[record["step"]]
 
 
 def sync_anomaly_from_status_file(session: Session, job: Job, reader: MetricsReader) -> bool:

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.testing import CliRunner
+
+from tests.callbacks.helpers import read_records, read_status
+from training_platform.demo import DemoConfig, run_demo
+from training_platform.demo.cli import demo_train
+
+
+def anomalies(records: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
+    return [(r["step"], a["type"], a["severity"]) for r in records for a in r.get("anomalies", ())]
+
+
+def test_a_long_healthy_demo_run_learns_and_raises_no_false_alarm(tmp_path: Path) -> None:
+    result = run_demo("healthy", tmp_path, DemoConfig(steps=2000, seed=1))
+    records = read_records(result.metrics_path)
+    assert result.status == "completed"
+    assert [r["step"] for r in records] == list(range(2000))
+    assert anomalies(records) == []
+    assert read_status(result.status_path)["anomaly_detected"] is False
+
+    def mean(group: str, field: str, part: list[dict[str, Any]]) -> float:
+        return statistics.fmean(r[group][field] for r in part)
+
+    early, late = records[:100], records[-100:]
+    assert mean("reward", "mean", late) > mean("reward", "mean", early) + 0.15  # it learns
+    assert records[0]["kl"]["mean"] < 1e-6  # starts at the reference ...
+    assert 0.05 < mean("kl", "mean", late) < 1.0  # ... and drifts, within the threshold
+    assert mean("extra", "actor/entropy", late) < mean("extra", "actor/entropy", early)
+    last = records[-1]
+    assert set(last["timing"]) == {"rollout", "reward", "ref", "advantage", "update_actor"}
+    assert last["performance"]["tokens_per_second"] > 0
+    assert last["performance"]["step_time"] >= sum(last["timing"].values()) * 0.99
+    assert {"min", "max", "std"} <= last["reward"].keys()
+
+
+def test_a_nan_loss_is_flagged_at_its_step_and_the_run_goes_on(tmp_path: Path) -> None:
+    result = run_demo("nan", tmp_path, DemoConfig(steps=40, nan_at=25))
+    records = read_records(result.metrics_path)
+    assert anomalies(records) == [(25, "nan_inf", "critical")]
+    assert result.status == "completed"
+    assert records[26]["gradient"]["actor_norm"] < 10  # the update was skipped, not applied
+
+
+def test_a_learning_rate_spike_blows_up_the_kl_within_a_few_steps(tmp_path: Path) -> None:
+    result = run_demo("spike", tmp_path, DemoConfig(steps=50, lr_spike_at=40))
+    found = anomalies(read_records(result.metrics_path))
+    kl_alerts = [(step, severity) for step, kind, severity in found if kind == "kl_explosion"]
+    assert kl_alerts and 40 <= kl_alerts[0][0] <= 43
+    assert kl_alerts[0][1] == "critical"
+    assert all(step >= 40 for step, _, _ in found)  # nothing before the fault
+
+
+def test_stop_on_anomaly_stops_the_demo_at_the_faulty_step(tmp_path: Path) -> None:
+    result = run_demo("stop", tmp_path, DemoConfig(steps=300, nan_at=12), stop_on_anomaly=True)
+    assert (result.status, result.steps_run) == ("stopped", 13)
+    assert result.stop_reason is not None and result.stop_reason.startswith("nan_inf")
+    assert read_status(result.status_path)["status"] == "stopped"
+
+
+def test_a_stalled_writer_leaves_the_file_unchanged_while_the_run_is_still_running(
+    tmp_path: Path,
+) -> None:
+    stop = threading.Event()
+    config = DemoConfig(steps=20, stall_at=8, stall_seconds=30.0)
+    outcome: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(run_demo("stall", tmp_path, config, stop_event=stop))
+    )
+    worker.start()
+    metrics = tmp_path / "stall_metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _lines(metrics) < 8:
+            time.sleep(0.02)
+        assert _lines(metrics) == 8  # steps 0..7 written, step 8 stuck in the writer
+        size = metrics.stat().st_size
+        time.sleep(0.3)
+        assert metrics.stat().st_size == size
+        assert read_status(tmp_path / "stall_status.json")["status"] == "running"
+    finally:
+        stop.set()  # cancels the stall and then the run
+        worker.join(timeout=60)
+    (result,) = outcome
+    assert result.status == "stopped"
+    assert _lines(metrics) == 9  # the stalled step was written once released
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_the_demo_train_command_runs_and_reports(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command("demo-train")(demo_train)
+    app.command("other")(lambda: None)  # two commands: typer keeps the sub-command name
+    result = CliRunner().invoke(
+        app,
+        ["demo-train", "--job-id", "cli", "--output-dir", str(tmp_path), "--steps", "15"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "completed after 15 steps" in result.output
+    assert len(read_records(tmp_path / "cli_metrics.jsonl")) == 15

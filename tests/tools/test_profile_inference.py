@@ -1,0 +1,177 @@
+"""profile-inference: the sweep, the best batch size, and every output end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+pytest.importorskip("torch", reason="profile-inference profiles torch models")
+import torch
+
+from training_platform.tools.cli import profile_inference
+from training_platform.tools.inference_sweep import (
+    BatchResult,
+    best_batch_size,
+    load_callable,
+    load_target,
+    run_sweep,
+)
+
+app = typer.Typer()
+app.command()(profile_inference)
+CPU = torch.device("cpu")
+
+
+class TwoInputs(torch.nn.Module):
+    """A model taking two tensors: its batches are tuples."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a @ b.transpose(-1, -2)
+
+
+def make_linear() -> torch.nn.Module:
+    return torch.nn.Linear(8, 2)
+
+
+def make_two_inputs() -> torch.nn.Module:
+    return TwoInputs()
+
+
+def two_input_batch(batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(batch_size, 3, 4, device=device), torch.randn(
+        batch_size, 3, 4, device=device
+    )
+
+
+def oom_from_4(batch_size: int, device: torch.device) -> torch.Tensor:
+    if batch_size >= 4:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return torch.randn(batch_size, 8, device=device)
+
+
+HERE = __name__
+
+
+def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
+    out = tmp_path / "profile"
+    args = ["-b", "1,2,4", "--warmup", "1", "--runs", "3", "-o", str(out), "--no-progress"]
+    args += ["--accuracy", "training_platform.tools.tiny_model:next_token_accuracy"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    expected = ["results.csv", "results.json", "report.txt", "trace.json"]
+    expected += ["latency.png", "throughput.png", "memory.png"]
+    for name in expected:
+        assert (out / name).stat().st_size > 0, name
+
+    payload = json.loads((out / "results.json").read_text())
+    results = payload["results"]
+    assert [r["batch_size"] for r in results] == [1, 2, 4]
+    for r in results:
+        assert r["status"] == "ok"
+        assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p95"]
+        assert r["per_sample_ms"]["mean"] == pytest.approx(
+            r["latency_ms"]["mean"] / r["batch_size"]
+        )
+        assert r["samples_per_second"] == pytest.approx(
+            r["batch_size"] * 1000 / r["latency_ms"]["mean"]
+        )
+        assert r["tokens_per_second"] == pytest.approx(r["samples_per_second"] * 32)
+        assert r["peak_memory_mib"] > 0
+        assert 0.0 <= r["accuracy"] <= 1.0
+    best = max(results, key=lambda r: r["samples_per_second"])["batch_size"]
+    assert payload["best_batch_size"] == best
+    assert f"Best batch size: {best}" in (out / "report.txt").read_text()
+    assert f"Best batch size: {best}" in result.output
+
+    with (out / "results.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(row["batch_size"]) for row in rows] == [1, 2, 4]
+    assert {"latency_p95_ms", "per_sample_p50_ms", "peak_memory_mib"} <= set(rows[0])
+
+    trace = json.loads((out / "trace.json").read_text())
+    assert any(event.get("name") == "aten::linear" for event in trace["traceEvents"])
+
+    image = pytest.importorskip("matplotlib.image")
+    for name in ("latency.png", "throughput.png", "memory.png"):
+        pixels = image.imread(out / name)
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 100
+        assert pixels.std() > 0  # something was drawn
+
+
+def test_a_model_with_tuple_inputs_from_an_inputs_function(tmp_path: Path) -> None:
+    args = ["--model", f"{HERE}:make_two_inputs", "--inputs", f"{HERE}:two_input_batch"]
+    args += ["-b", "1,3", "--warmup", "0", "--runs", "1", "-o", str(tmp_path)]
+    args += ["--no-plots", "--no-trace", "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["results"][0]["tokens_per_second"] is None  # no token count known
+    assert not (tmp_path / "trace.json").exists()
+
+
+def test_input_shape_feeds_random_floats_of_that_shape() -> None:
+    target = load_target(f"{HERE}:make_linear", device=CPU, input_shape=[8])
+    assert target.make_batch(5, CPU).shape == (5, 8)
+    results = run_sweep(target, [2, 1], device=CPU, warmup=0, runs=2)
+    assert [r.batch_size for r in results] == [1, 2]
+
+
+def test_a_model_without_a_way_to_make_inputs_is_refused() -> None:
+    with pytest.raises(ValueError, match="--input-shape"):
+        load_target(f"{HERE}:make_linear", device=CPU)
+
+
+def test_a_bad_factory_is_a_clean_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["--model", "no_such_module:build", "-o", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "No module named 'no_such_module'" in result.output
+    with pytest.raises(ValueError, match="module:factory"):
+        load_callable("just_a_name")
+
+
+def test_an_out_of_memory_batch_ends_the_sweep_and_is_recorded() -> None:
+    target = load_target(f"{HERE}:make_linear", device=CPU, inputs_spec=f"{HERE}:oom_from_4")
+    results = run_sweep(target, [1, 2, 4, 8], device=CPU, warmup=0, runs=1)
+    assert [(r.batch_size, r.status) for r in results] == [(1, "ok"), (2, "ok"), (4, "oom")]
+    assert "out of memory" in (results[-1].error or "")
+    best, _ = best_batch_size(results)
+    assert best is not None and best.batch_size in (1, 2)
+
+
+def _result(batch_size: int, samples_per_second: float, p95_ms: float) -> BatchResult:
+    return BatchResult(
+        batch_size,
+        latency_ms={"mean": p95_ms, "p50": p95_ms, "p95": p95_ms},
+        samples_per_second=samples_per_second,
+    )
+
+
+def test_the_best_batch_size_has_the_most_throughput_within_the_latency_budget() -> None:
+    results = [_result(1, 100.0, 10.0), _result(8, 500.0, 16.0), _result(32, 900.0, 35.0)]
+    best, reason = best_batch_size(results)
+    assert best is not None and best.batch_size == 32
+    assert "larger ones may do better" in reason
+    best, reason = best_batch_size(results, max_latency_ms=20.0)
+    assert best is not None and best.batch_size == 8
+    assert "p95 latency 16.00 ms <= 20 ms" in reason
+    best, reason = best_batch_size(results, max_latency_ms=5.0)
+    assert best is None and "within 5 ms" in reason
+
+
+def test_a_gpu_sweep_reports_allocator_peak_memory(tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: no GPU on this machine")
+    args = ["--device", "cuda", "-b", "1,8", "--warmup", "1", "--runs", "2", "-o", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, "--no-progress", "--dtype", "float16"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["memory_source"] == "torch.cuda.max_memory_allocated"
+    small, large = payload["results"]
+    assert large["peak_memory_mib"] >= small["peak_memory_mib"] > 0
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert any(event.get("cat") == "kernel" for event in trace["traceEvents"])

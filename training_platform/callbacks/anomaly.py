@@ -1,0 +1,156 @@
+"""Anomaly detectors over the stream of records, shared by the trainer and the platform.
+
+`AnomalyMonitor.check(record)` runs every detector on one record (DESIGN.md's
+nested shape) and returns the anomalies it raises, each
+``{"type", "severity", "message"}``. Feed records in step order; the monitor
+keeps the little state each detector needs (recent medians, best loss, early
+entropy). It works from records alone, so the platform can replay stored runs
+through the same code, and tolerates missing groups, ``None`` and NaN values.
+
+One incident is one alert: once a detector fires it stays quiet while its
+condition keeps recurring within `cooldown` steps, unless the incident gets
+worse (a KL spike that then crosses the hard threshold is reported again, as
+critical).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from training_platform.callbacks.base import report_failure
+from training_platform.callbacks.detectors import (
+    DETECTORS,
+    SEVERITY_RANK,
+    Anomaly,
+    Detector,
+    EntropyCollapseDetector,
+    GradientExplosionDetector,
+    KLExplosionDetector,
+    LossPlateauDetector,
+    LossSpikeDetector,
+    NonFiniteDetector,
+    RewardHackingDetector,
+    number,
+)
+
+
+@dataclass
+class AnomalyConfig:
+    """Detector thresholds. Steps are counted in records fed to the monitor."""
+
+    cooldown: int = 20
+    """An incident ends once its condition has been clear for this many steps;
+    until then the detector stays quiet, so a flapping condition is one alert."""
+    disabled: frozenset[str] = field(default_factory=frozenset)
+    """Anomaly types to skip, e.g. ``{"loss_plateau"}`` for GRPO, whose
+    surrogate loss is zero-mean by construction and never 'improves'."""
+
+    kl_threshold: float = 1.0
+    """`kl.mean` above this is a critical `kl_explosion` (RLHF runs sit at 0.01-0.3)."""
+    kl_spike_factor: float = 10.0
+    """`kl.mean` this many times its recent median is a `kl_explosion` warning ..."""
+    kl_spike_min: float = 0.1
+    """... if it is also above this (early KL is ~0, where any growth is a big ratio)."""
+
+    loss_patience: int = 50
+    """`loss_plateau`: steps without a new best `loss.total_loss` before alerting."""
+    loss_min_delta: float = 1e-4
+    """How much lower than the best a loss must be to count as an improvement."""
+    loss_spike_factor: float = 10.0
+    """`loss_spike`: |total_loss| above this times the largest seen after warm-up
+    (Megatron-LM's rule for rerunning a step)."""
+    loss_spike_warmup: int = 20
+    """Steps of loss ignored by the spike rule (early losses are large and falling)."""
+
+    grad_spike_factor: float = 10.0
+    """`gradient_explosion`: a grad norm this many times its recent median."""
+    grad_spike_min: float = 0.0
+    """... and at least this large (raise it when healthy norms sit near zero)."""
+    grad_norm_limit: float | None = None
+    """Optional hard limit: a grad norm above it is a critical explosion."""
+
+    window: int = 50
+    """Steps of history behind the recent medians (KL, grad norms)."""
+    min_history: int = 10
+    """Values needed before a relative (median-based) rule may fire."""
+
+    entropy_floor: float = 0.01
+    """`entropy_collapse`: policy entropy (nats) below this ..."""
+    entropy_drop_fraction: float = 0.9
+    """... or below (1 - this) times its early level."""
+    entropy_baseline_steps: int = 10
+    """Records whose median entropy is the early level."""
+
+    hacking_window: int = 20
+    """`reward_hacking`: compares the mean of the last window with the one before."""
+    hacking_kl_factor: float = 2.0
+    """KL must grow at least this much between the windows ..."""
+    hacking_min_kl: float = 0.05
+    """... and end above this level ..."""
+    hacking_length_factor: float = 1.3
+    """... while the response length grows this much and the reward rises."""
+
+
+class AnomalyMonitor:
+    """Runs every enabled detector over records fed in step order."""
+
+    def __init__(self, config: AnomalyConfig | None = None) -> None:
+        self.config = config or AnomalyConfig()
+        self.detectors: list[Detector] = [
+            cls(self.config) for cls in DETECTORS if cls.type not in self.config.disabled
+        ]
+        self._reported: set[tuple[int, str]] = set()
+
+    def check(self, record: Mapping[str, Any]) -> list[Anomaly]:
+        """The anomalies `record` raises (usually none). Never raises on odd input."""
+        step = record.get("step")
+        if type(step) is not int:
+            step = _as_step(step)
+        found: list[Anomaly] = []
+        for detector in self.detectors:
+            try:
+                anomaly = detector.check(step, record)
+            except Exception:  # a detector bug must not cost the record or the run
+                report_failure(self._reported, detector, "check")
+                continue
+            if anomaly is not None:
+                found.append(anomaly)
+        return found
+
+    def reset(self) -> None:
+        """Forget all history (e.g. before replaying a run from its first record)."""
+        self.detectors = [type(d)(self.config) for d in self.detectors]
+
+
+def _as_step(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def is_alert(anomaly: Mapping[str, Any], at_least: str = "warning") -> bool:
+    """Whether `anomaly` is at least as severe as `at_least`."""
+    rank = SEVERITY_RANK.get(str(anomaly.get("severity")), 1)
+    return rank >= SEVERITY_RANK[at_least]
+
+
+__all__ = [
+    "DETECTORS",
+    "SEVERITY_RANK",
+    "Anomaly",
+    "AnomalyConfig",
+    "AnomalyMonitor",
+    "Detector",
+    "EntropyCollapseDetector",
+    "GradientExplosionDetector",
+    "KLExplosionDetector",
+    "LossPlateauDetector",
+    "LossSpikeDetector",
+    "NonFiniteDetector",
+    "RewardHackingDetector",
+    "is_alert",
+    "number",
+]

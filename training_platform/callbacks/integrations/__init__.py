@@ -1,0 +1,9 @@
+"""Adapters for real trainers; each imports its library, so import the one you use:
+
+- `training_platform.callbacks.integrations.hf`: `PlatformTrainerCallback` for
+  `transformers.Trainer` and TRL's trainers;
+- `training_platform.callbacks.integrations.verl`: `VerlTrackingBackend`,
+  `register_verl_backend()`, `attach_to_tracking()`.
+
+Plain loops need no adapter: `training_platform.callbacks.platform_run`.
+"""

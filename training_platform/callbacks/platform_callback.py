@@ -1,0 +1,435 @@
+"""PlatformCallback: one JSON line per step plus an atomic status file (DESIGN.md §1).
+
+The training thread only snapshots the step's metrics (numbers, not tensors a
+trainer may later mutate in place) and hands them to a `RecordWriter`. By
+default that writer runs on a background thread: building the record, running
+the detectors, encoding and writing cost ~30 µs, which the training thread then
+does not pay. Each line is still written and flushed as soon as the writer gets
+to it (microseconds later), and the queue is drained on `on_train_end`, on
+`on_exception` and at interpreter exit. With ``stop_on_anomaly=True`` the
+writer runs inline instead, so training stops at the very step that tripped a
+detector. See docs/trainer.md for the trade-off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
+from training_platform.callbacks.base import (
+    Callback,
+    Metrics,
+    StepContributor,
+    StopTraining,
+    report_failure,
+)
+from training_platform.callbacks.record_writer import (
+    FsyncPolicy,
+    InlineSink,
+    RecordWriter,
+    ThreadSink,
+)
+from training_platform.callbacks.wire import to_scalar, validate_job_id
+
+logger = logging.getLogger(__name__)
+
+Severity = Literal["info", "warning", "critical"]
+
+
+def default_output_dir() -> Path:
+    """``$PLATFORM_METRICS_DIR``, else ``./platform_metrics`` (DESIGN.md §1)."""
+    return Path(os.environ.get("PLATFORM_METRICS_DIR") or "./platform_metrics")
+
+
+_PLAIN: Final = frozenset((float, int))
+
+
+class _OpenStep:
+    """Metrics gathered for a step that has not been written yet."""
+
+    __slots__ = ("anomalies", "ended_at", "metrics", "step")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.metrics: dict[str, Any] = {}
+        self.anomalies: list[Mapping[str, Any]] = []
+        self.ended_at: float | None = None
+
+
+def merge_metrics(
+    into: dict[str, Any], metrics: Mapping[str, Any], anomalies: list[Mapping[str, Any]]
+) -> None:
+    """Copy `metrics` into `into`: groups merge field by field, tensors and numpy
+    scalars become Python numbers now (the trainer may reuse the tensor), and an
+    ``"anomalies"`` list goes to `anomalies`."""
+    if _PLAIN.issuperset(map(type, metrics.values())):  # the common case, in C
+        into.update(metrics)
+        return
+    for key, value in metrics.items():
+        kind = type(value)
+        if kind is float or kind is int:
+            into[key] = value
+        elif isinstance(value, Mapping):
+            group = into.get(key)
+            if type(group) is not dict:
+                group = into[key] = {}
+            for name, item in value.items():
+                group[name] = item if type(item) is float else to_scalar(item)
+        elif key == "anomalies" and isinstance(value, list):
+            anomalies.extend(a for a in value if isinstance(a, Mapping))
+        else:
+            into[key] = to_scalar(value)
+
+
+class PlatformCallback(Callback):
+    """Writes `{job_id}_metrics.jsonl` and `{job_id}_status.json` for the platform.
+
+    Args:
+        job_id: the run's id (DESIGN.md pattern; `InvalidJobIdError` otherwise).
+        output_dir: defaults to ``$PLATFORM_METRICS_DIR``, else ``./platform_metrics``.
+        enable_anomaly_detection: run `AnomalyMonitor` on every record.
+        kl_threshold, loss_patience: the two most-tuned detector settings; they
+            override `anomaly_config` when changed from their defaults.
+        stop_on_anomaly: raise `StopTraining` from the step hook when an anomaly
+            of at least `stop_severity` is found (adapters turn it into a clean stop).
+        anomaly_config: every other detector threshold.
+        contributors: `StepContributor`s (e.g. the profiling kit) whose metrics
+            are merged into each step's record.
+        fsync: ``"end"`` (default: fsync at checkpoints and when the run ends),
+            ``"always"`` (each line), ``"never"``, or seconds between fsyncs.
+            Every line is flushed to the OS either way, so a crashed process
+            loses nothing it wrote; fsync only matters if the machine dies.
+        status_interval: seconds between status rewrites while running
+            (transitions and new anomalies are written at once).
+        background: write on a background thread; default: yes, unless
+            `stop_on_anomaly` (which needs each step checked before the next).
+        queue_size: steps the background writer may lag behind before the
+            training thread waits for it (memory stays bounded, nothing is dropped).
+        enabled: default: only on global rank 0 (``$RANK`` unset or ``0``).
+        clock: time source for timestamps (tests inject one).
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        output_dir: str | os.PathLike[str] | None = None,
+        enable_anomaly_detection: bool = True,
+        kl_threshold: float = 1.0,
+        loss_patience: int = 50,
+        stop_on_anomaly: bool = False,
+        *,
+        anomaly_config: AnomalyConfig | None = None,
+        stop_severity: Severity = "warning",
+        contributors: Sequence[StepContributor] = (),
+        fsync: FsyncPolicy = "end",
+        status_interval: float = 1.0,
+        background: bool | None = None,
+        queue_size: int = 10_000,
+        enabled: bool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.job_id = validate_job_id(job_id)
+        self.output_dir = Path(output_dir) if output_dir is not None else default_output_dir()
+        self.metrics_path = self.output_dir / f"{job_id}_metrics.jsonl"
+        self.status_path = self.output_dir / f"{job_id}_status.json"
+        self.stop_on_anomaly = stop_on_anomaly
+        self.contributors = list(contributors)
+        self.enabled = os.environ.get("RANK", "0") == "0" if enabled is None else enabled
+        self.background = (not stop_on_anomaly) if background is None else background
+        self.queue_size = queue_size
+        self._clock = clock
+        self._reported: set[tuple[int, str]] = set()
+        self._open: _OpenStep | None = None
+        self._last: _OpenStep | None = None
+        self._epoch: int | None = None
+        self._stop_raised = False
+        # The lifecycle as the training thread knows it (the writer's copy may lag).
+        self.state = "pending"
+        self.monitor: AnomalyMonitor | None = None
+        if enable_anomaly_detection:
+            config = anomaly_config or AnomalyConfig()
+            if kl_threshold != 1.0:
+                config = replace(config, kl_threshold=kl_threshold)
+            if loss_patience != 50:
+                config = replace(config, loss_patience=loss_patience)
+            self.monitor = AnomalyMonitor(config)
+        self.writer = RecordWriter(
+            job_id=self.job_id,
+            metrics_path=self.metrics_path,
+            status_path=self.status_path,
+            monitor=self.monitor,
+            stop_severity=stop_severity if stop_on_anomaly else None,
+            fsync=fsync,
+            status_interval=status_interval,
+            clock=clock,
+        )
+        self._sink: InlineSink | ThreadSink | None = None
+        if self.enabled:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.writer.set_status(status="pending")  # the job is visible before it starts
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def on_train_begin(self, total_steps: int | None = None) -> None:
+        if not self.enabled:
+            return
+        self._start()
+        self.state = "running"
+        changes: dict[str, Any] = {"status": "running", "started_at": self._clock()}
+        if total_steps is not None:
+            changes["total_steps"] = int(total_steps)
+        self._submit(("status", changes, False))
+
+    def on_train_end(self) -> None:
+        if not self.enabled or self._sink is None:
+            return
+        self._close_contributors()
+        self._commit()
+        if self.state == "running":
+            self.state = "stopped" if self._stop_raised else "completed"
+            self._submit(("status", {"status": self.state}, True))
+        self._close()
+
+    def on_exception(self, exc: BaseException) -> None:
+        if not self.enabled:
+            return
+        self._start()
+        self._commit()
+        self._close_contributors()
+        stopped = isinstance(exc, (StopTraining, KeyboardInterrupt))
+        self.state = "stopped" if stopped else "failed"
+        self._submit(("status", {"status": self.state, "error": _describe(exc)}, True))
+        self._sink.drain()  # type: ignore[union-attr]  # _start() made it
+
+    def on_epoch_begin(self, epoch: int) -> None:
+        self._epoch = epoch
+
+    def on_save(self, step: int, path: str | None = None) -> None:
+        # A checkpoint is a resume point: make the lines up to it durable, so a
+        # resumed run never lacks steps that precede its checkpoint.
+        if self.enabled and self._sink is not None:
+            self._submit(("fsync",))
+
+    # -- steps -------------------------------------------------------------
+
+    def on_step_begin(self, step: int) -> None:
+        if not self.enabled:
+            return
+        if self._sink is None:
+            self._reopen()
+        open_step = self._open
+        if open_step is None:
+            self._open = _OpenStep(step)
+        elif open_step.step != step:
+            self._commit()
+            self._open = _OpenStep(step)
+        for contributor in self.contributors:
+            try:
+                contributor.on_step_begin(step)
+            except StopTraining:
+                raise
+            except Exception:
+                report_failure(self._reported, contributor, "on_step_begin")
+        if self.writer.stop_request is not None:
+            self._raise_if_stop_requested()
+
+    def on_step_end(
+        self, step: int, metrics: Metrics | None = None, *, commit: bool = True
+    ) -> None:
+        """Finish step `step` and write its record.
+
+        ``commit=False`` keeps the step open for metrics that arrive later
+        (`on_log`, `on_evaluate`); `commit_step()` or the next step writes it.
+        """
+        if not self.enabled:
+            return
+        if self._sink is None:
+            self._reopen()
+        open_step = self._open
+        if open_step is None or open_step.step != step:
+            if open_step is not None:
+                self._commit()
+            open_step = self._open = _OpenStep(step)
+        if metrics:
+            merge_metrics(open_step.metrics, metrics, open_step.anomalies)
+        open_step.ended_at = self._clock()
+        for contributor in self.contributors:
+            try:
+                extra = contributor.on_step_end(step)
+            except StopTraining:
+                raise
+            except Exception:
+                report_failure(self._reported, contributor, "on_step_end")
+                continue
+            if extra:
+                merge_metrics(open_step.metrics, extra, open_step.anomalies)
+        if commit:
+            self._commit()
+            if self.writer.stop_request is not None:
+                self._raise_if_stop_requested()
+
+    def on_log(self, step: int, metrics: Metrics) -> None:
+        self._add(step, metrics)
+
+    def on_rollout_end(self, step: int, metrics: Metrics | None = None) -> None:
+        if metrics:
+            self._add(step, metrics)
+
+    def on_evaluate(self, step: int, metrics: Metrics) -> None:
+        self._add(step, metrics)
+
+    def log(self, step: int, metrics: Metrics) -> None:
+        """Write one step's record now (the whole API for a hand-written loop)."""
+        self.on_step_end(step, metrics)
+
+    def commit_step(self) -> None:
+        """Write the open step, if any, then stop training if an anomaly asked to."""
+        if self.enabled:
+            self._commit()
+            self._raise_if_stop_requested()
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until every committed step is written; False on timeout. A step
+        still open (awaiting `on_log`) stays open: see `commit_step`."""
+        if not self.enabled or self._sink is None:
+            return True
+        return self._sink.drain(timeout)
+
+    @property
+    def stop_request(self) -> StopTraining | None:
+        """The `StopTraining` an anomaly raised (with `stop_on_anomaly`), if any."""
+        return self.writer.stop_request
+
+    # -- internals ---------------------------------------------------------
+
+    def _add(self, step: int, metrics: Metrics) -> None:
+        if not self.enabled or not metrics:
+            return
+        if self._sink is None:
+            self._reopen()
+        open_step = self._open
+        if open_step is not None and open_step.step == step:
+            merge_metrics(open_step.metrics, metrics, open_step.anomalies)
+        elif self._last is not None and self._last.step == step:
+            # Late metrics for a step already written: rewrite it with the union
+            # (the platform keeps the newest line of a step). Detectors do not
+            # see them twice; the first line's anomalies are carried over. The
+            # union is a fresh copy: the writer thread may still be reading the
+            # dicts it was handed before.
+            last = self._last
+            union = {k: dict(v) if type(v) is dict else v for k, v in last.metrics.items()}
+            anomalies = list(last.anomalies)
+            merge_metrics(union, metrics, anomalies)
+            last.metrics, last.anomalies = union, anomalies
+            self._submit(("amend", last.step, union, last.ended_at, anomalies))
+        else:
+            self._commit()
+            open_step = self._open = _OpenStep(step)
+            merge_metrics(open_step.metrics, metrics, open_step.anomalies)
+
+    def _commit(self) -> None:
+        open_step = self._open
+        if open_step is None:
+            return
+        self._open = None
+        if open_step.ended_at is None:
+            open_step.ended_at = self._clock()
+        if self._epoch is not None and "epoch" not in open_step.metrics:
+            open_step.metrics["epoch"] = self._epoch
+        self._last = open_step
+        self._submit(
+            ("step", open_step.step, open_step.metrics, open_step.ended_at, open_step.anomalies)
+        )
+
+    def _close_contributors(self) -> None:
+        # The profiler writes its run-wide summary (stage_times.json) and ends a
+        # trace cycle cut short by the end of the run only when closed.
+        for contributor in self.contributors:
+            close = getattr(contributor, "close", None)
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception:
+                report_failure(self._reported, contributor, "close")
+
+    def _reopen(self) -> None:
+        # A hook before on_train_begin starts the run; one after the run ended
+        # (a final trainer.evaluate()) is still written, leaving the status be.
+        if self.state == "pending":
+            self.on_train_begin()
+        else:
+            self._start()
+
+    def _raise_if_stop_requested(self) -> None:
+        request = self.writer.stop_request
+        if request is not None and not self._stop_raised:
+            self._stop_raised = True  # once: the loop was told; it may still wind down
+            raise request
+
+    def _submit(self, command: tuple[Any, ...]) -> None:
+        sink = self._sink
+        if sink is None:
+            sink = self._start()
+        sink.submit(command)
+
+    def _start(self) -> InlineSink | ThreadSink:
+        if self._sink is None:
+            name = f"platform-writer-{self.job_id}"
+            self._sink = (
+                ThreadSink(self.writer, name, self.queue_size)
+                if self.background
+                else InlineSink(self.writer)
+            )
+            _LIVE.add(self)
+        return self._sink
+
+    def _close(self) -> None:
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink.close()
+        _LIVE.discard(self)
+
+    def close_at_exit(self) -> None:
+        """Drain and close at interpreter exit; a run still marked running is
+        marked failed (an uncaught exception killed it) or stopped."""
+        if self._sink is None:
+            return
+        self._commit()
+        if self.state == "running":
+            exc = getattr(sys, "last_value", None)  # set when an exception went uncaught
+            if exc is not None:
+                self.on_exception(exc)
+            else:
+                self.state = "stopped"
+                reason = "the process exited before on_train_end"
+                self._submit(("status", {"status": "stopped", "error": reason}, True))
+        self._close()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# Callbacks with an open writer, drained at interpreter exit. Strong references
+# on purpose: a callback dropped without on_train_end still gets its queued
+# lines written; it leaves this set when its writer closes.
+_LIVE: set[PlatformCallback] = set()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for callback in list(_LIVE):
+        try:
+            callback.close_at_exit()
+        except Exception:  # exiting anyway: one broken writer must not block the rest
+            logger.exception("closing %s at exit failed", callback.job_id)

@@ -1,0 +1,284 @@
+"""The step profiler: stage timing, throughput, memory and scheduled torch.profiler traces.
+
+`StepProfiler` is a step contributor for `PlatformCallback(..., contributors=[...])`:
+``on_step_begin(step)`` / ``on_step_end(step) -> {group: {...}}``, the groups
+merged into that step's record::
+
+    profiler = StepProfiler("run7", "./platform_metrics", trace=TraceSchedule(wait=10))
+    callback = PlatformCallback("run7", "./platform_metrics", contributors=[profiler])
+    profiler.mark_baseline()                 # after the model is loaded
+    ...
+    with profiler.stage("rollout"):
+        ...
+    profiler.add_batch(samples=64, tokens=64 * 512)
+
+Files, under ``{output_dir}/{job_id}_profiles/``: ``stage_times.json`` (the
+run's stage summary, rewritten every `summary_interval_s` and on `close()`)
+and ``step_N/`` directories from torch.profiler (see `torch_trace`).
+
+Importing this module imports neither torch nor anything from the server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from training_platform.callbacks.memory import MemoryMonitor, MemorySnapshot
+from training_platform.callbacks.platform_callback import default_output_dir
+from training_platform.callbacks.stage_timer import Stage, StageStats, StageTimer
+from training_platform.callbacks.stats import finite_or_none
+from training_platform.callbacks.torch_trace import TorchTraceRecorder, TraceSchedule
+from training_platform.callbacks.wire import validate_job_id
+
+__all__ = ["StageTimer", "StepProfiler", "ThroughputMeter", "TraceSchedule", "profile_dir"]
+
+logger = logging.getLogger(__name__)
+
+
+def profile_dir(output_dir: str | os.PathLike[str], job_id: str) -> Path:
+    """``{output_dir}/{job_id}_profiles``: where a job's profiling artifacts live."""
+    return Path(output_dir) / f"{validate_job_id(job_id)}_profiles"
+
+
+class ThroughputMeter:
+    """Samples/s and tokens/s over the last `window` steps.
+
+    Each step contributes its wall-clock interval (from the previous step's end,
+    so time spent between steps counts too) and its work; the rate is total
+    work over total time in the window, which weights long steps correctly.
+    """
+
+    def __init__(self, window: int = 10) -> None:
+        if window < 1:
+            raise ValueError("throughput window must be >= 1 step")
+        self._window = window
+        self._steps: deque[tuple[float, int, int]] = deque()
+        # Running totals: no re-summing the window every step.
+        self._seconds = 0.0
+        self._samples = 0
+        self._tokens = 0
+
+    def record(
+        self, seconds: float, samples: int, tokens: int
+    ) -> tuple[float | None, float | None]:
+        """Add one step; returns (samples/s, tokens/s), None where no work was counted."""
+        self._steps.append((seconds, samples, tokens))
+        self._seconds += seconds
+        self._samples += samples
+        self._tokens += tokens
+        if len(self._steps) > self._window:
+            old_seconds, old_samples, old_tokens = self._steps.popleft()
+            self._seconds -= old_seconds
+            self._samples -= old_samples
+            self._tokens -= old_tokens
+        if self._seconds <= 0.0:
+            return None, None
+        return (
+            self._samples / self._seconds if self._samples else None,
+            self._tokens / self._seconds if self._tokens else None,
+        )
+
+
+class StepProfiler:
+    """Stage timer + throughput + memory + torch.profiler, one step at a time.
+
+    Every step's result: ``timing`` (seconds per stage), ``performance``
+    (``step_time``, ``tokens_per_second`` when tokens were counted,
+    ``gpu_memory_allocated`` GiB on a GPU), ``extra`` (``profiling/*``: samples/s,
+    per-device reserved/peak, RSS, memory growth) and ``anomalies``
+    (``memory_leak``) when one fired. `memory` takes a configured `MemoryMonitor`
+    (leak window and thresholds), True for the defaults, or False. Without a
+    `job_id` nothing is written to disk (and `trace` is refused). Each part
+    that fails is logged once and switched off; `on_step_end` never raises.
+    """
+
+    def __init__(
+        self,
+        job_id: str | None = None,
+        output_dir: str | os.PathLike[str] | None = None,
+        *,
+        cuda_sync: bool = False,
+        throughput_window: int = 10,
+        memory: MemoryMonitor | bool = True,
+        trace: TraceSchedule | None = None,
+        summary_interval_s: float = 30.0,
+        summary_window: int = 10_000,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if trace is not None and job_id is None:
+            raise ValueError("torch.profiler traces need a job_id (they go to {job_id}_profiles/)")
+        self.job_id = validate_job_id(job_id) if job_id is not None else None
+        self.profile_dir = (
+            profile_dir(output_dir or default_output_dir(), job_id) if job_id else None
+        )
+        self.timer = StageTimer(cuda_sync=cuda_sync, clock=clock, summary_window=summary_window)
+        self.throughput = ThroughputMeter(throughput_window)
+        if isinstance(memory, MemoryMonitor):
+            self.memory: MemoryMonitor | None = memory
+        else:
+            self.memory = MemoryMonitor() if memory else None
+        self.tracer = (
+            TorchTraceRecorder(self.profile_dir, trace)
+            if trace is not None and self.profile_dir is not None
+            else None
+        )
+        self._clock = clock
+        self._summary_interval = summary_interval_s
+        self._step_time = StageStats(summary_window)
+        self._step_begin: float | None = None
+        self._last_end: float | None = None
+        self._samples = 0
+        self._tokens = 0
+        self._steps = 0
+        self._last_summary = clock()
+        self._failed: set[str] = set()
+
+    # -- what the training loop calls -------------------------------------------------
+
+    def stage(self, name: str) -> Stage:
+        """``with profiler.stage("rollout"):`` or ``@profiler.stage("rollout")``."""
+        return self.timer.stage(name)
+
+    def add_batch(self, samples: int = 0, tokens: int = 0) -> None:
+        """Count work done in the current step (for samples/s and tokens/s)."""
+        self._samples += samples
+        self._tokens += tokens
+
+    def mark_baseline(self) -> MemorySnapshot | None:
+        """Record memory now as the baseline (call it once the model is loaded)."""
+        if self.memory is None:
+            return None
+        return self._run("memory", self.memory.mark_baseline)
+
+    # -- the step contributor protocol ------------------------------------------------
+
+    def on_step_begin(self, step: int) -> None:
+        now = self._clock()
+        self._step_begin = now
+        if self._last_end is None:
+            self._last_end = now
+        if self.memory is not None:
+            self._run("memory", self.memory.on_step_begin)
+        if self.tracer is not None:
+            self._run("trace", self.tracer.on_step_begin, step)
+
+    def on_step_end(self, step: int) -> dict[str, Any]:
+        """This step's ``timing``, ``performance``, ``extra`` and ``anomalies``."""
+        now = self._clock()
+        begin = self._step_begin if self._step_begin is not None else self._last_end
+        interval = now - self._last_end if self._last_end is not None else None
+        self._step_begin = None
+        self._last_end = now
+        self._steps += 1
+
+        result: dict[str, Any] = {}
+        timing = self.timer.collect()
+        if timing:
+            result["timing"] = timing
+        performance: dict[str, float] = {}
+        extra: dict[str, float] = {}
+        if begin is not None:
+            performance["step_time"] = now - begin
+            self._step_time.add(now - begin)
+        if interval is not None:
+            samples_rate, tokens_rate = self.throughput.record(
+                interval, self._samples, self._tokens
+            )
+            if tokens_rate is not None:
+                performance["tokens_per_second"] = tokens_rate
+            if samples_rate is not None:
+                extra["profiling/samples_per_second"] = samples_rate
+        self._samples = self._tokens = 0
+
+        if self.memory is not None:
+            measured = self._run("memory", self.memory.on_step_end)
+            if measured is not None:
+                memory_performance, memory_extra, anomalies = measured
+                performance.update(memory_performance)
+                extra.update(memory_extra)
+                if anomalies:
+                    result["anomalies"] = anomalies
+        if self.tracer is not None:
+            self._run("trace", self.tracer.on_step_end, step)
+        if performance:
+            result["performance"] = performance
+        if extra:
+            result["extra"] = extra
+        if self.profile_dir is not None and now - self._last_summary >= self._summary_interval:
+            self._last_summary = now
+            self._run("summary", self.write_summary)
+        return result
+
+    # -- summaries and shutdown ---------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """What `stage_times.json` holds (see docs/profiling.md)."""
+        memory = self.memory
+        return {
+            "job_id": self.job_id,
+            "updated_at": time.time(),
+            "steps": self._steps,
+            "percentile_window": self._step_time.recent.maxlen,
+            "cuda_sync": self.timer.cuda_sync,
+            "step_time": self._step_time.summary() if self._step_time.count else None,
+            "stages": self.timer.summary(),
+            "memory": {
+                "baseline": memory.baseline.as_dict() if memory and memory.baseline else None,
+                "last": memory.last.as_dict() if memory and memory.last else None,
+            },
+            "traces": [path.name for path in self.tracer.written] if self.tracer else [],
+        }
+
+    def write_summary(self) -> Path | None:
+        """Rewrite ``stage_times.json`` atomically; returns its path (None without a job)."""
+        if self.profile_dir is None:
+            return None
+        self.profile_dir.mkdir(parents=True, exist_ok=True)
+        target = self.profile_dir / "stage_times.json"
+        temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        payload = json.dumps(finite_or_none(self.summary()), indent=2)
+        temp.write_text(payload + "\n", encoding="utf-8")
+        os.replace(temp, target)  # readers never see half a file
+        return target
+
+    def close(self) -> None:
+        """Write the final summary and any trace cycle cut short. Safe to call twice."""
+        if self.tracer is not None:
+            self._run("trace", self.tracer.close)
+        if self.profile_dir is not None:
+            self._run("summary", self.write_summary)
+
+    def __enter__(self) -> StepProfiler:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _run(self, part: str, action: Callable[..., Any], *args: Any) -> Any:
+        # A failing part is logged once. Measurements are switched off (a broken
+        # probe would fail every step); the summary file is retried at the next
+        # interval (a full disk may be freed).
+        retry = part == "summary"
+        if part in self._failed and not retry:
+            return None
+        try:
+            return action(*args)
+        except Exception:
+            if part not in self._failed:
+                self._failed.add(part)
+                then = "retrying at the next interval" if retry else "it is switched off"
+                logger.warning("profiling: %s failed; %s", part, then, exc_info=True)
+            return None

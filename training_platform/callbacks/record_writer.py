@@ -1,0 +1,285 @@
+"""The writing half of `PlatformCallback`: records, detectors, the two files.
+
+`RecordWriter` turns commands into file writes and is only ever driven by one
+thread at a time: inline (`InlineSink`) or by a background thread
+(`ThreadSink`), so it needs no locks. Commands are plain tuples:
+
+- ``("step", step, metrics, timestamp, anomalies)``: build, check, write a line;
+- ``("amend", step, metrics, timestamp, anomalies)``: rewrite a written step
+  with late metrics (no detector pass: its anomalies are carried over);
+- ``("status", changes, final)``: update and rewrite the status file;
+- ``("fsync",)`` and ``("close",)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import orjson
+
+from training_platform.callbacks.anomaly import SEVERITY_RANK, AnomalyMonitor
+from training_platform.callbacks.base import StopTraining, report_failure
+from training_platform.callbacks.wire import build_record, encode_record
+
+logger = logging.getLogger(__name__)
+
+FsyncPolicy = Literal["never", "end", "always"] | float
+
+_ALERT: Final = SEVERITY_RANK["warning"]
+
+
+class RecordWriter:
+    """Owns `{job_id}_metrics.jsonl` (append-only) and `{job_id}_status.json`."""
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        metrics_path: Path,
+        status_path: Path,
+        monitor: AnomalyMonitor | None,
+        stop_severity: str | None,
+        fsync: FsyncPolicy,
+        status_interval: float,
+        clock: Callable[[], float],
+    ) -> None:
+        if not (fsync in ("never", "end", "always") or isinstance(fsync, (int, float))):
+            raise ValueError(f"fsync must be 'never', 'end', 'always' or seconds, got {fsync!r}")
+        self.metrics_path = metrics_path
+        self.status_path = status_path
+        self.monitor = monitor
+        self.stop_rank = None if stop_severity is None else SEVERITY_RANK[stop_severity]
+        self.fsync = fsync
+        self.status_interval = status_interval
+        self.clock = clock
+        self.status: dict[str, Any] = {
+            "job_id": job_id,
+            "status": "pending",
+            "current_step": 0,
+            "total_steps": None,
+            "anomaly_detected": False,
+            "anomaly_reason": None,
+            "started_at": None,
+            "updated_at": None,
+            "error": None,
+        }
+        # Set by the writer, read by the training thread: a single attribute
+        # store, so the GIL makes the hand-over safe without a lock.
+        self.stop_request: StopTraining | None = None
+        self.lines_written = 0
+        self._fd: int | None = None
+        self._found: tuple[int, list[dict[str, str]]] = (-1, [])
+        self._status_written_at = -math.inf
+        self._synced_at = clock()
+        self._reported: set[tuple[int, str]] = set()
+
+    def handle(self, command: tuple[Any, ...]) -> None:
+        """Carry out one command; failures are logged once and never raised."""
+        kind = command[0]
+        try:
+            if kind == "step" or kind == "amend":
+                self._write_step(*command[1:], detect=kind == "step")
+            elif kind == "status":
+                self.set_status(final=command[2], **command[1])
+            elif kind == "fsync":
+                self._fsync()
+            elif kind == "close":
+                self._close()
+        except Exception:
+            report_failure(self._reported, self, kind)
+
+    # -- metrics file ------------------------------------------------------
+
+    def _write_step(
+        self,
+        step: int,
+        metrics: Mapping[str, Any],
+        timestamp: float | None,
+        anomalies: list[Mapping[str, Any]],
+        *,
+        detect: bool,
+    ) -> None:
+        record = build_record(step, metrics, timestamp=timestamp, anomalies=anomalies or None)
+        if detect:
+            found = self.monitor.check(record) if self.monitor is not None else []
+            self._found = (step, found)
+        else:
+            found = self._found[1] if self._found[0] == step else []
+        if found:
+            record.setdefault("anomalies", []).extend(found)
+        self._append(encode_record(record))
+        self.status["current_step"] = record["step"]
+        alerts = [a for a in record.get("anomalies", ()) if SEVERITY_RANK[a["severity"]] >= _ALERT]
+        if alerts and detect:
+            self._on_alerts(alerts)
+        elif self.clock() - self._status_written_at >= self.status_interval:
+            self.set_status()
+
+    def _on_alerts(self, alerts: list[dict[str, str]]) -> None:
+        worst = max(alerts, key=lambda a: SEVERITY_RANK[a["severity"]])
+        reason = f"{worst['type']}: {worst['message']}"
+        self.status["anomaly_detected"] = True
+        self.status["anomaly_reason"] = reason
+        rank = SEVERITY_RANK[worst["severity"]]
+        if self.stop_rank is not None and self.stop_request is None and rank >= self.stop_rank:
+            self.stop_request = StopTraining(reason, alerts)
+        self.set_status()
+
+    def _append(self, line: bytes) -> None:
+        fd = self._fd if self._fd is not None else self._open()
+        # One os.write on an O_APPEND descriptor: the line reaches the OS in one
+        # piece (a reader never sees it half-written unless the disk is full).
+        written = os.write(fd, line)
+        while written < len(line):
+            line = line[written:]
+            written = os.write(fd, line)
+        self.lines_written += 1
+        policy = self.fsync
+        if policy == "always" or (
+            type(policy) in (int, float) and self.clock() - self._synced_at >= policy  # type: ignore[operator]
+        ):
+            self._fsync()
+
+    def _open(self) -> int:
+        path = self.metrics_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        needs_newline = False
+        try:
+            with path.open("rb") as existing:
+                existing.seek(0, os.SEEK_END)
+                if existing.tell() > 0:
+                    existing.seek(-1, os.SEEK_END)
+                    needs_newline = existing.read(1) != b"\n"
+        except FileNotFoundError:
+            pass
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if needs_newline:
+            # A crash left a partial last line: end it, so that our first line
+            # is not glued onto it (readers skip the broken line, not ours).
+            os.write(self._fd, b"\n")
+        return self._fd
+
+    def _fsync(self) -> None:
+        if self._fd is not None and self.fsync != "never":
+            os.fsync(self._fd)
+        self._synced_at = self.clock()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            if self.fsync != "never":
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    # -- status file -------------------------------------------------------
+
+    def set_status(self, final: bool = False, **changes: Any) -> None:
+        """Apply `changes` and rewrite the status file atomically (temp + rename)."""
+        if changes.get("status") == "running":
+            changes.setdefault("error", None)
+        self.status.update(changes)
+        now = self.clock()
+        self.status["updated_at"] = now
+        self._status_written_at = now
+        write_json_atomic(self.status_path, self.status, fsync=final and self.fsync != "never")
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any], *, fsync: bool = False) -> None:
+    """Write `payload` to a temp file next to `path`, then rename it over `path`.
+
+    A concurrent reader sees the old file or the new one, never a mix: rename
+    within one directory is atomic on POSIX, and on Windows `os.replace` is
+    retried while a reader holds the file open.
+    """
+    data = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
+    for attempt in range(20):
+        try:
+            os.replace(tmp, path)
+            return
+        except PermissionError:  # Windows: a reader has the file open right now
+            if attempt == 19:
+                raise
+            time.sleep(0.005)
+
+
+class InlineSink:
+    """Runs each command on the calling (training) thread."""
+
+    def __init__(self, writer: RecordWriter) -> None:
+        self.writer = writer
+
+    def submit(self, command: tuple[Any, ...]) -> None:
+        self.writer.handle(command)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        self.writer.handle(("close",))
+
+
+_STOP: Final = ("stop",)
+
+
+class ThreadSink:
+    """Hands commands to one background thread through a queue, in order.
+
+    The queue is a `SimpleQueue` (a C-level put costs ~0.3 µs, a `Queue` ~2 µs)
+    bounded by hand: past `max_pending` the training thread waits for the
+    writer rather than dropping records or growing without limit.
+    """
+
+    def __init__(self, writer: RecordWriter, name: str, max_pending: int = 10_000) -> None:
+        self.writer = writer
+        self.max_pending = max_pending
+        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, command: tuple[Any, ...]) -> None:
+        if self._queue.qsize() >= self.max_pending:
+            self._wait_for_room()
+        self._queue.put(command)
+
+    def _wait_for_room(self) -> None:
+        while self._queue.qsize() >= self.max_pending and self._thread.is_alive():
+            time.sleep(0.001)
+
+    def _run(self) -> None:
+        while True:
+            command = self._queue.get()
+            if command is _STOP:
+                return
+            if command[0] == "sync":
+                command[1].set()
+            else:
+                self.writer.handle(command)
+
+    def drain(self, timeout: float | None = 30.0) -> bool:
+        """Wait until every command submitted so far is done; False on timeout."""
+        if not self._thread.is_alive():
+            return True
+        done = threading.Event()
+        self._queue.put(("sync", done))
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        self._queue.put(("close",))
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("the metrics writer did not finish within %ss", timeout)

@@ -1,0 +1,96 @@
+"""`demo_train`: the ``training-platform demo-train`` command (registered by the main CLI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from training_platform.callbacks.platform_callback import default_output_dir
+from training_platform.demo.trainer import DemoConfig, run_demo
+
+
+def demo_train(
+    job_id: Annotated[str, typer.Option("--job-id", help="Job id of the run (its file names).")] = (
+        "demo"
+    ),
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir",
+            help="Where to write the job's files (default: $PLATFORM_METRICS_DIR, "
+            "else ./platform_metrics).",
+        ),
+    ] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="GRPO steps to run.")] = 300,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the policy and sampling.")] = 0,
+    nan_at: Annotated[
+        int | None,
+        typer.Option("--nan-at", min=0, help="Make the loss of this step NaN (update skipped)."),
+    ] = None,
+    lr_spike_at: Annotated[
+        int | None,
+        typer.Option(
+            "--lr-spike-at",
+            min=0,
+            help="From this step, multiply the learning rate by --lr-spike-factor for "
+            "--lr-spike-steps steps: the KL to the reference blows up.",
+        ),
+    ] = None,
+    lr_spike_factor: Annotated[
+        float, typer.Option("--lr-spike-factor", min=1.0, help="Learning-rate multiplier.")
+    ] = 500.0,
+    lr_spike_steps: Annotated[
+        int, typer.Option("--lr-spike-steps", min=1, help="Steps the spike lasts.")
+    ] = 3,
+    stall_at: Annotated[
+        int | None,
+        typer.Option("--stall-at", min=0, help="Stall the metrics writer before this step."),
+    ] = None,
+    stall_seconds: Annotated[
+        float, typer.Option("--stall-seconds", min=0.0, help="How long the writer stalls.")
+    ] = 10.0,
+    step_delay: Annotated[
+        float,
+        typer.Option(
+            "--step-delay", min=0.0, help="Seconds to sleep after each step (to watch it live)."
+        ),
+    ] = 0.0,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile/--no-profile",
+            help="Attach the profiling kit (memory, throughput, one torch.profiler trace).",
+        ),
+    ] = False,
+    stop_on_anomaly: Annotated[
+        bool,
+        typer.Option("--stop-on-anomaly", help="Stop the run at the first anomaly."),
+    ] = False,
+) -> None:
+    """Run a small but real GRPO training on CPU and report it to the platform.
+
+    A policy learns a synthetic sequence task against a frozen reference
+    policy; loss, reward, KL, entropy, grad norms, throughput and per-stage
+    timings go to {job_id}_metrics.jsonl and {job_id}_status.json through
+    PlatformCallback. The fault flags make the detectors fire on real data.
+    """
+    directory = output_dir if output_dir is not None else default_output_dir()
+    config = DemoConfig(
+        steps=steps,
+        seed=seed,
+        nan_at=nan_at,
+        lr_spike_at=lr_spike_at,
+        lr_spike_factor=lr_spike_factor,
+        lr_spike_steps=lr_spike_steps,
+        stall_at=stall_at,
+        stall_seconds=stall_seconds,
+        step_delay=step_delay,
+        profile=profile,
+    )
+    typer.echo(f"demo-train: job {job_id!r} -> {directory}")
+    result = run_demo(job_id, directory, config, stop_on_anomaly=stop_on_anomaly)
+    typer.echo(f"{result.status} after {result.steps_run} steps: {result.metrics_path}")
+    if result.stop_reason:
+        typer.echo(f"stopped: {result.stop_reason}")

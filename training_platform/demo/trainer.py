@@ -1,0 +1,164 @@
+"""`run_demo`: a real GRPO run on CPU, reported through `platform_run`, with faults on demand.
+
+Faults are injected into the training itself, so detectors and dashboards are
+shown real consequences rather than doctored numbers:
+
+- ``nan_at=k``: the loss of step k is NaN; its gradients are NaN and the
+  update is skipped (as AMP's GradScaler does), so the run goes on;
+- ``lr_spike_at=k``: the learning rate is multiplied by `lr_spike_factor` for
+  `lr_spike_steps` steps; the policy jumps away from the reference and the KL
+  blows up (entropy usually collapses with it);
+- ``stall_at=k``: the writer stalls for `stall_seconds` before step k is
+  written (a hung filesystem or process): the files stop growing while the
+  status still says running;
+- ``step_delay``: seconds slept per step, so a dashboard can watch live.
+
+Importing this module does not import torch; `run_demo` does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from training_platform.callbacks.base import Callback, Metrics, StopTraining
+from training_platform.callbacks.run import platform_run
+
+
+@dataclass
+class DemoConfig:
+    """What `run_demo` injects; the GRPO hyper-parameters are `grpo.GRPOConfig`."""
+
+    steps: int = 300
+    seed: int = 0
+    nan_at: int | None = None
+    lr_spike_at: int | None = None
+    lr_spike_factor: float = 500.0
+    lr_spike_steps: int = 3
+    stall_at: int | None = None
+    stall_seconds: float = 10.0
+    step_delay: float = 0.0
+    profile: bool = False
+    """Attach the profiling kit: memory and throughput per step, and one
+    torch.profiler trace (steps 11-12) under {job_id}_profiles/."""
+    torch_threads: int | None = 1
+    """Threads for torch (tiny tensors run fastest on one); None leaves it alone."""
+    grpo: dict[str, Any] = field(default_factory=dict)
+    """Overrides for `grpo.GRPOConfig` (e.g. ``{"lr": 1e-3}``)."""
+
+
+@dataclass
+class DemoResult:
+    job_id: str
+    status: str
+    """The run's final status: completed, stopped or failed."""
+    steps_run: int
+    metrics_path: Path
+    status_path: Path
+    stop_reason: str | None = None
+
+
+class StallWriter(Callback):
+    """Blocks `on_step_end` of one step, before the platform callback writes it."""
+
+    def __init__(self, at_step: int, seconds: float, cancel: threading.Event | None) -> None:
+        self.at_step = at_step
+        self.seconds = seconds
+        self.cancel = cancel or threading.Event()
+
+    def on_step_end(self, step: int, metrics: Metrics | None = None) -> None:
+        if step == self.at_step:
+            self.cancel.wait(self.seconds)  # returns early when the run is cancelled
+
+
+def run_demo(
+    job_id: str = "demo",
+    output_dir: str | os.PathLike[str] | None = None,
+    config: DemoConfig | None = None,
+    *,
+    stop_event: threading.Event | None = None,
+    callbacks: Iterable[Callback] = (),
+    **platform_options: Any,
+) -> DemoResult:
+    """Train the demo policy for `config.steps` steps, writing the job's files.
+
+    `platform_options` go to `PlatformCallback` (``stop_on_anomaly=True``,
+    ``kl_threshold=...``). Setting `stop_event` from another thread ends the
+    run early with status ``stopped``. Safe to call from a thread or a
+    subprocess; returns once the files are complete.
+    """
+    import torch
+
+    from training_platform.demo.grpo import GRPOConfig, GRPOTrainer
+
+    config = config or DemoConfig()
+    grpo = GRPOConfig(**config.grpo)
+    extra_callbacks = list(callbacks)
+    if config.stall_at is not None:
+        extra_callbacks.append(StallWriter(config.stall_at, config.stall_seconds, stop_event))
+    if config.profile:
+        from training_platform.callbacks.profiling import StepProfiler
+        from training_platform.callbacks.torch_trace import TraceSchedule
+
+        profiler = StepProfiler(
+            job_id, output_dir, trace=TraceSchedule(wait=10, warmup=1, active=2, repeat=1)
+        )
+        contributors = list(platform_options.pop("contributors", ()))
+        platform_options["contributors"] = [*contributors, profiler]
+    steps_run = 0
+    with _torch_threads(torch, config.torch_threads):
+        trainer = GRPOTrainer(grpo, config.seed)
+        with platform_run(
+            job_id,
+            output_dir,
+            total_steps=config.steps,
+            callbacks=extra_callbacks,
+            **platform_options,
+        ) as run:
+            for step in range(config.steps):
+                if stop_event is not None and stop_event.is_set():
+                    raise StopTraining("stopped by the caller")
+                lr = grpo.lr * _lr_factor(config, step)
+                with run.step(step):
+                    metrics = trainer.step(lr, inject_nan=step == config.nan_at)
+                    steps_run = step + 1
+                    run.log(step, metrics)
+                if config.step_delay > 0 and stop_event is not None:
+                    stop_event.wait(config.step_delay)
+                elif config.step_delay > 0:
+                    time.sleep(config.step_delay)
+    platform = run.platform
+    return DemoResult(
+        job_id=platform.job_id,
+        status=platform.state,
+        steps_run=steps_run,
+        metrics_path=platform.metrics_path,
+        status_path=platform.status_path,
+        stop_reason=run.stop_reason,
+    )
+
+
+def _lr_factor(config: DemoConfig, step: int) -> float:
+    start = config.lr_spike_at
+    if start is not None and start <= step < start + config.lr_spike_steps:
+        return config.lr_spike_factor
+    return 1.0
+
+
+@contextmanager
+def _torch_threads(torch: Any, threads: int | None) -> Iterator[None]:
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,154 @@
+"""Outputs of `profile-inference`: results.csv, results.json, PNG plots, report.txt.
+
+matplotlib is imported only when plots are drawn, with the Agg backend (no
+display needed, safe in CI and on headless GPU nodes).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from training_platform.callbacks.stats import finite_or_none
+from training_platform.tools.inference_sweep import BatchResult
+
+CSV_COLUMNS = (
+    "batch_size",
+    "status",
+    "latency_mean_ms",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "per_sample_mean_ms",
+    "per_sample_p50_ms",
+    "per_sample_p95_ms",
+    "samples_per_second",
+    "tokens_per_second",
+    "peak_memory_mib",
+    "accuracy",
+)
+
+
+def _row(result: BatchResult) -> dict[str, Any]:
+    row: dict[str, Any] = {"batch_size": result.batch_size, "status": result.status}
+    for stat in ("mean", "p50", "p95"):
+        row[f"latency_{stat}_ms"] = result.latency_ms.get(stat)
+        row[f"per_sample_{stat}_ms"] = result.per_sample_ms.get(stat)
+    row["samples_per_second"] = result.samples_per_second
+    row["tokens_per_second"] = result.tokens_per_second
+    row["peak_memory_mib"] = result.peak_memory_mib
+    row["accuracy"] = result.accuracy
+    return row
+
+
+def write_csv(path: Path, results: Sequence[BatchResult]) -> Path:
+    """One row per batch size; empty cells where a figure does not apply."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for result in results:
+            writer.writerow(
+                {
+                    k: "" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
+                    for k, v in _row(result).items()
+                }
+            )
+    return path
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(finite_or_none(payload), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def results_payload(results: Sequence[BatchResult]) -> list[dict[str, Any]]:
+    return [asdict(result) for result in results]
+
+
+def plot_results(output_dir: Path, results: Sequence[BatchResult], title: str) -> list[Path]:
+    """latency.png, throughput.png and memory.png against batch size (log2 x axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if r.status == "ok"]
+    sizes = [r.batch_size for r in ok]
+    charts: list[tuple[str, str, dict[str, list[float | None]]]] = [
+        (
+            "latency.png",
+            "latency per batch (ms)",
+            {
+                "mean": [r.latency_ms["mean"] for r in ok],
+                "p50": [r.latency_ms["p50"] for r in ok],
+                "p95": [r.latency_ms["p95"] for r in ok],
+            },
+        ),
+        ("throughput.png", "samples / s", {"throughput": [r.samples_per_second for r in ok]}),
+        ("memory.png", "peak memory (MiB)", {"peak memory": [r.peak_memory_mib for r in ok]}),
+    ]
+    paths = []
+    for filename, ylabel, series in charts:
+        figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+        for label, values in series.items():
+            points = [(s, v) for s, v in zip(sizes, values, strict=True) if v is not None]
+            if points:
+                axes.plot(*zip(*points, strict=True), marker="o", label=label)
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(sizes, [str(size) for size in sizes])  # 1 2 4 8, not 2^0 2^1 ...
+        axes.minorticks_off()
+        axes.set_xlabel("batch size")
+        axes.set_ylabel(ylabel)
+        axes.set_title(f"{title}: {ylabel}")
+        axes.grid(True, alpha=0.3)
+        if len(series) > 1:
+            axes.legend()
+        figure.tight_layout()
+        path = output_dir / filename
+        figure.savefig(path)
+        plt.close(figure)
+        paths.append(path)
+    return paths
+
+
+def render_report(
+    results: Sequence[BatchResult],
+    *,
+    title: str,
+    best: BatchResult | None,
+    reason: str,
+    memory_source: str,
+    settings: dict[str, Any],
+) -> str:
+    """report.txt: settings, one line per batch size, and the recommendation."""
+    lines = [f"Inference profile of {title}", ""]
+    lines += [f"  {key}: {value}" for key, value in settings.items()]
+    lines += ["", f"peak memory: {memory_source}", ""]
+    header = (
+        f"{'batch':>6} {'p50 ms':>9} {'p95 ms':>9} {'ms/sample':>10} "
+        f"{'samples/s':>11} {'tokens/s':>11} {'peak MiB':>9} {'accuracy':>9}"
+    )
+    lines.append(header)
+    for r in results:
+        if r.status != "ok":
+            lines.append(f"{r.batch_size:>6} {r.status}: {r.error}")
+            continue
+        lines.append(
+            f"{r.batch_size:>6} {r.latency_ms['p50']:>9.3f} {r.latency_ms['p95']:>9.3f} "
+            f"{r.per_sample_ms['mean']:>10.4f} {_num(r.samples_per_second, 11, 1)} "
+            f"{_num(r.tokens_per_second, 11, 0)} {_num(r.peak_memory_mib, 9, 1)} "
+            f"{_num(r.accuracy, 9, 4)}"
+        )
+    lines.append("")
+    if best is None:
+        lines.append(f"No best batch size: {reason}.")
+    else:
+        lines.append(f"Best batch size: {best.batch_size} — {reason}.")
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
