@@ -12,7 +12,7 @@ import logging.config
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from training_platform.core import models  # noqa: F401  (registers the tables)
+from training_platform.core import models, rollups  # noqa: F401  (registers the tables)
 from training_platform.core.database import Base, make_engine
 from training_platform.settings import Settings
 

@@ -48,6 +48,15 @@ if [ "$mode" = test ]; then
     start_postgres
 fi
 
+# The dashboard's chart library (uPlot) comes from the npm registry, pinned by
+# package-lock.json, and is served from training_platform/web/node_modules.
+command -v npm >/dev/null || apt_install nodejs npm
+if [ ! -f training_platform/web/node_modules/.package-lock.json ] ||
+    [ training_platform/web/package-lock.json -nt training_platform/web/node_modules/.package-lock.json ]; then
+    log "installing the dashboard's npm packages"
+    npm ci --prefix training_platform/web --no-audit --no-fund --loglevel=error
+fi
+
 if [ ! -x .venv/bin/python ]; then
     log "creating .venv"
     "$python" -m venv .venv

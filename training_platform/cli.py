@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,7 +18,7 @@ app = typer.Typer(
 )
 
 
-def _settings(**overrides: object) -> Settings:
+def _settings(**overrides: Any) -> Settings:
     values = {key: value for key, value in overrides.items() if value is not None}
     return Settings(**values)
 
@@ -39,6 +39,7 @@ def serve(
     import uvicorn
 
     from training_platform.api.main import create_app
+    from training_platform.api.websocket import uvicorn_ws_options
 
     settings = _settings(
         PLATFORM_HOST=host,
@@ -47,7 +48,13 @@ def serve(
         DATABASE_URL=database_url,
     )
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        **uvicorn_ws_options(settings),  # heartbeats, client message cap, no deflate
+    )
 
 
 @app.command()
@@ -87,11 +94,13 @@ def sync(
 ) -> None:
     """Discover jobs and ingest new lines once, without starting the server."""
     from training_platform.core.database import make_engine, make_session_factory, prepare_schema
-    from training_platform.core.sync_service import SyncService
+    from training_platform.core.live_hub import LiveHub
 
     settings = _settings(PLATFORM_METRICS_DIR=metrics_dir, DATABASE_URL=database_url)
     engine = make_engine(settings.database_url)
-    service = SyncService(make_session_factory(engine), settings)
+    # The hub's service runs the platform's diagnosis after each commit, as the
+    # server does; no event loop is needed for that.
+    service = LiveHub.create(make_session_factory(engine), settings).service
     try:
         prepare_schema(engine, auto_migrate=settings.auto_migrate)
         outcomes = {job_id: service.sync_job(job_id)} if job_id is not None else service.poll_once()
@@ -134,6 +143,7 @@ def demo(
     import uvicorn
 
     from training_platform.api.main import create_app
+    from training_platform.api.websocket import uvicorn_ws_options
 
     settings = _settings(
         PLATFORM_HOST=host,
@@ -158,7 +168,12 @@ def demo(
     typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
     typer.echo(f"  demo run {job_id!r} writes to {settings.metrics_dir}; Ctrl-C stops both.\n")
     try:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            **uvicorn_ws_options(settings),
+        )
     finally:
         # SIGINT, not SIGTERM: the trainer sees KeyboardInterrupt, so its status
         # file says "stopped" instead of staying "running" forever.

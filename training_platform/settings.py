@@ -7,9 +7,11 @@ at import time, so importing the package has no side effects.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def _default_database_url() -> str:
@@ -78,8 +80,9 @@ class Settings(BaseSettings):
         default=1.0,
         ge=0,
         validation_alias="PLATFORM_POLL_INTERVAL",
-        description="Seconds between background discovery/sync rounds (0 disables them; "
-        "POST .../metrics/sync still works).",
+        description="Seconds between background discovery/sync rounds, the fallback for "
+        "local files behind file-system notifications (0 disables background sync "
+        "entirely, watching included; POST .../metrics/sync still works).",
     )
     auto_migrate: bool = Field(
         default=True,
@@ -87,6 +90,189 @@ class Settings(BaseSettings):
         description="Bring a fresh database up to the schema head on start "
         "(a database at an older revision still needs `training-platform migrate`).",
     )
+
+    # Live stream, playback and platform-side diagnosis (docs/live.md).
+    watch_files: bool = Field(
+        default=True,
+        validation_alias="PLATFORM_WATCH_FILES",
+        description="Notice appends to local metrics files through file-system "
+        "notifications (watchfiles) rather than waiting for the next poll.",
+    )
+    ssh_poll_interval: float = Field(
+        default=2.0,
+        gt=0,
+        validation_alias="PLATFORM_SSH_POLL_INTERVAL",
+        description="Seconds between polls of a running SSH job's files (SFTP has no "
+        "notifications).",
+    )
+    live_queue_size: int = Field(
+        default=1000,
+        ge=1,
+        validation_alias="PLATFORM_LIVE_QUEUE_SIZE",
+        description="Messages buffered per live WebSocket client; a client further behind "
+        "is closed (code 1013) and should reconnect with since_step.",
+    )
+    live_send_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        validation_alias="PLATFORM_LIVE_SEND_TIMEOUT",
+        description="Seconds one WebSocket send may take before the client counts as too "
+        "slow and is closed.",
+    )
+    live_max_message_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        validation_alias="PLATFORM_LIVE_MAX_MESSAGE_BYTES",
+        description="Largest WebSocket message sent; a record whose message would be larger "
+        'goes out as its step and timestamp with "truncated": true (fetch it over REST).',
+    )
+    live_max_client_message_bytes: int = Field(
+        default=4096,
+        ge=64,
+        validation_alias="PLATFORM_LIVE_MAX_CLIENT_MESSAGE_BYTES",
+        description="Largest WebSocket message accepted from a client (playback controls); "
+        "a larger one closes the connection with code 1009.",
+    )
+    ws_allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="PLATFORM_WS_ALLOWED_ORIGINS",
+        description="Comma-separated origins (scheme://host[:port]) whose pages may open "
+        "WebSockets; same-origin pages and clients that send no Origin (not browsers) are "
+        "always allowed; '*' allows any. CORS does not cover WebSocket upgrades.",
+    )
+    ws_ping_interval: float = Field(
+        default=20.0,
+        ge=0,
+        validation_alias="PLATFORM_WS_PING_INTERVAL",
+        description="Seconds between WebSocket pings to each client, so dead clients are "
+        "noticed (0 disables); applied by the uvicorn server.",
+    )
+    ws_ping_timeout: float = Field(
+        default=20.0,
+        gt=0,
+        validation_alias="PLATFORM_WS_PING_TIMEOUT",
+        description="Seconds a client has to answer a ping before it is disconnected.",
+    )
+    ws_per_message_deflate: bool = Field(
+        default=False,
+        validation_alias="PLATFORM_WS_PER_MESSAGE_DEFLATE",
+        description="Compress WebSocket messages (permessage-deflate) when clients ask. "
+        "Off by default: compression runs once per client per message, which at hundreds "
+        "of clients costs more CPU than the bandwidth it saves (see docs/live.md).",
+    )
+    history_page_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        validation_alias="PLATFORM_HISTORY_PAGE_SIZE",
+        description="Records per query when a live client backfills (since_step) or a "
+        "playback reads history: neither ever loads a whole run.",
+    )
+    playback_interval: float = Field(
+        default=0.1,
+        gt=0,
+        le=60,
+        validation_alias="PLATFORM_PLAYBACK_INTERVAL",
+        description="Seconds between records at playback speed 1; at speed s, this divided by s.",
+    )
+    diagnostics_enabled: bool = Field(
+        default=True,
+        validation_alias="PLATFORM_DIAGNOSTICS",
+        description="Run the anomaly detectors over every newly stored record, whatever "
+        'the trainer\'s callback was configured to do (source "platform").',
+    )
+    diagnostics_kl_threshold: float = Field(
+        default=1.0,
+        gt=0,
+        validation_alias="PLATFORM_DIAGNOSTICS_KL_THRESHOLD",
+        description="kl.mean above this is a critical kl_explosion.",
+    )
+    diagnostics_loss_patience: int = Field(
+        default=50,
+        ge=1,
+        validation_alias="PLATFORM_DIAGNOSTICS_LOSS_PATIENCE",
+        description="Steps without a new best total loss before a loss_plateau warning.",
+    )
+    diagnostics_disabled: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="PLATFORM_DIAGNOSTICS_DISABLED",
+        description="Comma-separated anomaly types the platform does not look for "
+        "(e.g. loss_plateau for GRPO, whose loss does not 'improve').",
+    )
+    diagnostics_warmup_records: int = Field(
+        default=500,
+        ge=0,
+        le=100_000,
+        validation_alias="PLATFORM_DIAGNOSTICS_WARMUP_RECORDS",
+        description="Stored records replayed (silently) into a job's detectors the first "
+        "time this process diagnoses it, so a restart neither re-alerts nor forgets.",
+    )
+    stall_factor: float = Field(
+        default=10.0,
+        gt=1,
+        validation_alias="PLATFORM_STALL_FACTOR",
+        description="A running job whose metrics file has not grown for this many times "
+        "its usual step time is marked stalled ...",
+    )
+    stall_min_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        validation_alias="PLATFORM_STALL_MIN_SECONDS",
+        description="... and for at least this many seconds.",
+    )
+    webhook_url: str | None = Field(
+        default=None,
+        validation_alias="PLATFORM_WEBHOOK_URL",
+        description="http(s) URL that receives a JSON POST per new anomaly (either source).",
+    )
+    webhook_secret: str | None = Field(
+        default=None,
+        validation_alias="PLATFORM_WEBHOOK_SECRET",
+        description="When set, each webhook POST carries X-Platform-Signature: "
+        "sha256=<HMAC-SHA256 of the body with this secret>.",
+    )
+    webhook_attempts: int = Field(
+        default=4,
+        ge=1,
+        le=20,
+        validation_alias="PLATFORM_WEBHOOK_ATTEMPTS",
+        description="Tries per webhook POST before it is dropped (logged).",
+    )
+    webhook_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias="PLATFORM_WEBHOOK_TIMEOUT",
+        description="Seconds allowed for one webhook POST.",
+    )
+    webhook_backoff: float = Field(
+        default=1.0,
+        ge=0,
+        validation_alias="PLATFORM_WEBHOOK_BACKOFF",
+        description="Seconds before the first webhook retry; doubled for each next one.",
+    )
+
+    @field_validator("ws_allowed_origins", "diagnostics_disabled", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("ws_allowed_origins")
+    @classmethod
+    def _origins_without_path(cls, origins: list[str]) -> list[str]:
+        # Browsers send "scheme://host[:port]", never a path or a trailing slash.
+        return [origin.rstrip("/").lower() for origin in origins]
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_only(cls, url: str | None) -> str | None:
+        if url is None or not url.strip():
+            return None
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        return url.strip()
 
     @field_validator("database_url")
     @classmethod

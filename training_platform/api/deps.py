@@ -74,8 +74,12 @@ def known_job_id(job_id: JobIdPath, session: SessionDep, sync_service: SyncServi
     A job whose files just appeared in the metrics directory is discovered
     here rather than answered 404 until the next background round.
     """
-    if session.get(Job, job_id) is None and job_id not in sync_service.discover():
-        raise JobNotFoundError(f"job {job_id!r} not found")
+    if session.get(Job, job_id) is None:
+        # Look again after discovering: the background round may have
+        # registered the job itself a moment ago (then discover() returns [] here).
+        sync_service.discover()
+        if session.get(Job, job_id) is None:
+            raise JobNotFoundError(f"job {job_id!r} not found")
     return job_id
 
 

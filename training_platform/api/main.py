@@ -7,7 +7,6 @@ effects and tests build their own app from explicit settings.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -19,22 +18,12 @@ from starlette.concurrency import run_in_threadpool
 from training_platform import __version__
 from training_platform.api.deps import require_token
 from training_platform.api.errors import install_error_handlers
-from training_platform.api.routers import artifacts, jobs, monitoring
+from training_platform.api.routers import artifacts, dashboard, jobs, live, monitoring, playback
 from training_platform.core.database import make_engine, make_session_factory, prepare_schema
-from training_platform.core.sync_service import SyncService
+from training_platform.core.live_hub import LiveHub
 from training_platform.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-
-async def _poll_forever(service: SyncService, interval: float) -> None:
-    """Background discovery + sync; one job's trouble never stops the loop."""
-    while True:
-        try:
-            await run_in_threadpool(service.poll_once)
-        except Exception:
-            logger.exception("background sync round failed")
-        await asyncio.sleep(interval)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -43,25 +32,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
-        poller: asyncio.Task[None] | None = None
+        hub: LiveHub | None = None
         try:
             await run_in_threadpool(prepare_schema, engine, auto_migrate=settings.auto_migrate)
             app.state.engine = engine
             app.state.session_factory = make_session_factory(engine)
-            app.state.sync_service = SyncService(app.state.session_factory, settings)
-            if settings.poll_interval > 0:
-                poller = asyncio.create_task(
-                    _poll_forever(app.state.sync_service, settings.poll_interval)
-                )
+            # The hub owns the sync service, so every sync, background or
+            # manual, feeds the live stream and the platform's diagnosis.
+            hub = LiveHub.create(app.state.session_factory, settings)
+            app.state.live_hub = hub
+            app.state.sync_service = hub.service
+            await hub.start()
             yield
         finally:
-            if poller is not None:
-                poller.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await poller
-            service = getattr(app.state, "sync_service", None)
-            if service is not None:
-                await run_in_threadpool(service.close)
+            if hub is not None:
+                await hub.stop()
+                await run_in_threadpool(hub.service.close)
             engine.dispose()
 
     app = FastAPI(
@@ -77,6 +63,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api.include_router(monitoring.router)
     api.include_router(artifacts.router)
     app.include_router(api)
+    # WebSockets check Origin and the token in their own handshake: the
+    # router-wide require_token reads a Request, which a WebSocket is not.
+    app.include_router(live.router, prefix="/api")
+    app.include_router(playback.router, prefix="/api")
+    # The page and its assets hold no data (no token): the page asks for the
+    # token when /api answers 401.
+    app.include_router(dashboard.router)
 
     @app.get("/healthz", tags=["health"], summary="Liveness")
     def healthz() -> dict[str, str]:

@@ -73,7 +73,10 @@ class JobOut(BaseModel):
     discovered: bool = Field(description="Found in PLATFORM_METRICS_DIR rather than registered.")
     metrics_dir: str | None
     ssh: SSHSourceOut | None
-    status: str = Field(description="pending, running, completed, failed or stopped.")
+    status: str = Field(
+        description="pending, running, completed, failed or stopped (from the status file), "
+        "or stalled: running, but the metrics file went silent for far longer than usual."
+    )
     current_step: int | None
     total_steps: int | None
     anomaly_detected: bool = Field(description="What the trainer's status file says.")

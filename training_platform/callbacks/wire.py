@@ -338,8 +338,9 @@ def _is_canonical(obj: dict[str, Any]) -> bool:
 
     That is what our own callback writes, so ingestion checks it first: a
     tight loop of type checks instead of rebuilding every group (about 5x
-    faster). Anything unusual (a bool, a string "NaN", an unknown field or
-    group, a flat key) returns False and takes the general path.
+    faster; for dicts this small it also beats `issuperset(map(type, ...))`).
+    Anything unusual (a bool, a string "NaN", an unknown field or group, a
+    flat key) returns False and takes the general path.
     """
     step = obj.get("step")
     if type(step) is not int or step < 0:

@@ -156,8 +156,10 @@ def register_job(
 
 
 def _same_source(a: Job, b: Job) -> bool:
-    fields = ("source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username")
-    fields += ("ssh_key_path", "ssh_remote_dir")
+    fields = (
+        "source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username", "ssh_key_path",
+        "ssh_remote_dir",
+    )  # fmt: skip
     return all(getattr(a, name) == getattr(b, name) for name in fields)
 
 

@@ -219,3 +219,48 @@ def row_to_record(row: Any, *, nonfinite_as_strings: bool = False) -> dict[str, 
     if row.anomalies:
         record["anomalies"] = row.anomalies
     return record
+
+
+def record_nonfinite_as_strings(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` (real floats, as the persister announces it) in the API's convention.
+
+    The same shape and the same "NaN"/"Infinity"/"-Infinity" names that
+    `row_to_record(row, nonfinite_as_strings=True)` gives for the stored row,
+    without a trip through SQL. Only groups holding a non-finite number are
+    copied; the input is never modified.
+    """
+    converted: dict[str, Any] | None = None
+    for key, values in record.items():
+        if type(values) is not dict or _all_finite(values):
+            continue
+        if key == "other":  # {group: {field: value}}: one level deeper
+            other = dict(values)
+            for group, fields in values.items():
+                marks = _nonfinite_marks(fields) if type(fields) is dict else None
+                if marks:
+                    other[group] = {**fields, **marks}
+                    converted = converted or dict(record)
+                    converted["other"] = other
+            continue
+        marks = _nonfinite_marks(values)
+        if marks:
+            converted = converted or dict(record)
+            converted[key] = {**values, **marks}
+    timestamp = record.get("timestamp")
+    if type(timestamp) is float and timestamp - timestamp != 0.0:
+        converted = converted or dict(record)
+        converted["timestamp"] = _nonfinite_name(timestamp)
+    return record if converted is None else converted
+
+
+def _all_finite(values: dict[str, Any]) -> bool:
+    """True when every value is a finite number: the common case, checked in C.
+
+    A sum is finite iff every term is (barring overflow, which only sends us
+    down the exact path); strings, None or nested dicts raise TypeError.
+    """
+    try:
+        total = sum(values.values())
+    except TypeError:
+        return False
+    return bool(total - total == 0.0)

@@ -23,9 +23,9 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard, TypeVar, cast
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire import STATUS_VALUES, decode_line, normalize_record
@@ -33,8 +33,10 @@ from training_platform.core.database import dialect_insert
 from training_platform.core.metric_rows import ROW_KEYS, record_to_params, record_to_row
 from training_platform.core.metrics_reader import MetricsReader, ReadPosition
 from training_platform.core.models import Anomaly, Job, SyncState, TrainingMetric
+from training_platform.core.rollups import refresh_rollups
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _UPSERT_CHUNK = 5_000  # rows per executemany: bounds statement memory on both drivers
 _MAX_CAS_RETRIES = 5
@@ -70,12 +72,13 @@ def parse_platform_metric(
     return record_to_row(job_id, record, time.time() if received_at is None else received_at)
 
 
-def _chunks(rows: list[dict[str, Any]], size: int) -> Iterable[list[dict[str, Any]]]:
+def _chunks(rows: list[T], size: int) -> Iterable[list[T]]:
     for start in range(0, len(rows), size):
         yield rows[start : start + size]
 
 
 _STAGE_TABLE = "tp_metrics_stage"
+_SMALL_BATCH = 64
 
 
 @functools.cache
@@ -112,7 +115,9 @@ def _bulk_upsert(session: Session, params: list[list[Any]]) -> None:
     dialect = connection.dialect
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
-        if dialect.name != "postgresql":
+        # Live syncs carry a few records: on PostgreSQL, COPY's staging table
+        # would cost more round trips than a pipelined executemany of so few.
+        if dialect.name != "postgresql" or len(params) <= _SMALL_BATCH:
             for chunk in _chunks(params, _UPSERT_CHUNK):
                 cursor.executemany(_upsert_sql(dialect.paramstyle), chunk)
             return
@@ -163,6 +168,8 @@ def upsert_metrics(
             )
 
     _bulk_upsert(session, params)
+    # The downsampling buckets commit with the rows they summarise.
+    refresh_rollups(session, job_id=job_id, records=list(latest.values()))
 
     anomaly_rows = [
         {
@@ -250,27 +257,30 @@ def sync_metrics_from_file(
         session = factory()
         try:
             # The CAS: must stay the first statement of the transaction (see module doc).
-            advanced = session.execute(
-                update(SyncState)
-                .where(
-                    SyncState.job_id == job_id,
-                    SyncState.offset == position.offset,
-                    SyncState.fingerprint.is_(None)
-                    if position.fingerprint is None
-                    else SyncState.fingerprint == position.fingerprint,
-                    SyncState.discarding == position.discarding,
-                )
-                .values(
-                    offset=batch.position.offset,
-                    fingerprint=batch.position.fingerprint,
-                    discarding=batch.position.discarding,
-                    lines_malformed=SyncState.lines_malformed + batch.malformed,
-                    lines_oversized=SyncState.lines_oversized + batch.oversized,
-                    records_ingested=SyncState.records_ingested + len(batch.records),
-                    resets=SyncState.resets + int(batch.reset),
-                    updated_at=now,
-                )
-                .execution_options(synchronize_session=False)
+            advanced = cast(
+                CursorResult[Any],
+                session.execute(
+                    update(SyncState)
+                    .where(
+                        SyncState.job_id == job_id,
+                        SyncState.offset == position.offset,
+                        SyncState.fingerprint.is_(None)
+                        if position.fingerprint is None
+                        else SyncState.fingerprint == position.fingerprint,
+                        SyncState.discarding == position.discarding,
+                    )
+                    .values(
+                        offset=batch.position.offset,
+                        fingerprint=batch.position.fingerprint,
+                        discarding=batch.position.discarding,
+                        lines_malformed=SyncState.lines_malformed + batch.malformed,
+                        lines_oversized=SyncState.lines_oversized + batch.oversized,
+                        records_ingested=SyncState.records_ingested + len(batch.records),
+                        resets=SyncState.resets + int(batch.reset),
+                        updated_at=now,
+                    )
+                    .execution_options(synchronize_session=False)
+                ),
             )
             if advanced.rowcount != 1:
                 # Another sync moved the offset since we read it: drop our batch
@@ -317,6 +327,10 @@ def _file_order(records: list[dict[str, Any]]) -> Callable[[dict[str, Any]], int
     return lambda record: last_index[record["step"]]
 
 
+def _finite_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def sync_anomaly_from_status_file(session: Session, job: Job, reader: MetricsReader) -> bool:
     """Copy status, steps and the anomaly flag from `{job_id}_status.json` onto the job.
 
@@ -341,8 +355,7 @@ def sync_anomaly_from_status_file(session: Session, job: Job, reader: MetricsRea
         changes["anomaly_reason"] = reason
     for key in ("started_at", "updated_at"):
         number = status.get(key)
-        is_number = isinstance(number, (int, float)) and not isinstance(number, bool)
-        if is_number and math.isfinite(number):
+        if _finite_number(number):
             changes[key] = float(number)
     changed = False
     for key, value in changes.items():

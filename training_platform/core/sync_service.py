@@ -4,6 +4,11 @@ One `SyncService` per server process. It caches one reader per job (an SSH
 reader holds a connection worth reusing) and serialises syncs of the same job
 inside the process with a lock; across processes the persister's
 compare-and-swap on the offset keeps ingestion exactly-once anyway.
+
+A `SyncListener` (the live pipeline) hears about every committed batch and
+status change, whoever triggered the sync (background or `POST .../sync`),
+always under the job's lock: so for one job its calls never overlap and come
+in commit order.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -38,10 +44,46 @@ class JobSyncOutcome:
     status_changed: bool
 
 
+class SyncListener(Protocol):
+    """Hooks called by `SyncService.sync_job` while it holds the job's lock."""
+
+    def records_committed(self, job_id: str, records: list[dict[str, Any]]) -> None:
+        """A batch was committed: one record per step, the newest, in file order."""
+
+    def review_status(self, session: Session, job: Job) -> None:
+        """The status file was copied onto `job`; adjust it (e.g. stalled) before commit."""
+
+    def status_changed(self, job: Job) -> None:
+        """The job's status fields changed and were committed."""
+
+
+# What `sync_anomaly_from_status_file` copies from the status file onto the job.
+STATUS_FIELDS = (
+    "status",
+    "current_step",
+    "total_steps",
+    "anomaly_detected",
+    "anomaly_reason",
+    "started_at",
+    "updated_at",
+)
+
+
+def _status_fields(job: Job) -> tuple[Any, ...]:
+    return tuple(getattr(job, name) for name in STATUS_FIELDS)
+
+
 class SyncService:
-    def __init__(self, factory: sessionmaker[Session], settings: Settings) -> None:
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        settings: Settings,
+        *,
+        listener: SyncListener | None = None,
+    ) -> None:
         self._factory = factory
         self._settings = settings
+        self.listener = listener
         self._readers: dict[str, MetricsReader] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -49,6 +91,11 @@ class SyncService:
     def _lock(self, job_id: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(job_id, threading.Lock())
+
+    def job_lock(self, job_id: str) -> threading.Lock:
+        """The lock every sync of `job_id` holds: whoever holds it sees no sync
+        half-done, and every committed batch already announced to the listener."""
+        return self._lock(job_id)
 
     def _reader(self, job: Job) -> MetricsReader:
         with self._guard:
@@ -79,20 +126,58 @@ class SyncService:
                 try:
                     job = get_job(session, job_id)
                 except JobNotFoundError:
-                    # Its file may have appeared since the last discovery round.
-                    if job_id not in self.discover():
-                        raise
+                    # Its file may have appeared since the last discovery round;
+                    # looked up again (not "was it added by this call?") because
+                    # a concurrent discovery may have added it first.
+                    self.discover()
                     job = get_job(session, job_id)
             reader = self._reader(job)
             try:
-                result = sync_metrics_from_file(self._factory, job_id, reader)
-                with self._factory.begin() as session:
-                    job = get_job(session, job_id)
-                    status_changed = sync_anomaly_from_status_file(session, job, reader)
+                result = self._sync_metrics(job_id, reader)
+                job, status_changed = self._sync_status(job_id, reader)
+                if status_changed and job.status in TERMINAL_STATUSES:
+                    # A trainer writes its last lines before its final status; a
+                    # line appended between our two reads would otherwise be
+                    # announced after the run's end. One more read catches it.
+                    _add(result, self._sync_metrics(job_id, reader))
             except MetricsSourceError as exc:
                 self._record_error(job_id, str(exc))
                 raise
+            if status_changed and self.listener is not None:
+                self._tell(self.listener.status_changed, job)
             return JobSyncOutcome(result, status_changed)
+
+    def _sync_metrics(self, job_id: str, reader: MetricsReader) -> SyncResult:
+        listener = self.listener
+        if listener is None:
+            return sync_metrics_from_file(self._factory, job_id, reader)
+        return sync_metrics_from_file(
+            self._factory,
+            job_id,
+            reader,
+            on_commit=lambda records: self._tell(listener.records_committed, job_id, records),
+        )
+
+    def _sync_status(self, job_id: str, reader: MetricsReader) -> tuple[Job, bool]:
+        with self._factory.begin() as session:
+            job = get_job(session, job_id)
+            before = _status_fields(job)
+            sync_anomaly_from_status_file(session, job, reader)
+            if self.listener is not None:
+                self._tell(self.listener.review_status, session, job)
+            # Compared as a whole, not as "did the file change anything": the
+            # listener may put back what the file undid (a stalled run whose
+            # file still says running).
+            return job, _status_fields(job) != before
+
+    @staticmethod
+    def _tell(hook: Any, *args: Any) -> None:
+        # The rows are committed whatever a listener does: its failure is
+        # logged, never allowed to fail (and so repeat) the sync.
+        try:
+            hook(*args)
+        except Exception:
+            logger.exception("sync listener %s failed", getattr(hook, "__name__", hook))
 
     def _record_error(self, job_id: str, message: str) -> None:
         with self._factory.begin() as session:
@@ -134,3 +219,12 @@ class SyncService:
                 reader.close()
             except Exception:
                 logger.exception("closing a reader failed")
+
+
+def _add(total: SyncResult, more: SyncResult) -> None:
+    total.new_metrics += more.new_metrics
+    total.lines_malformed += more.lines_malformed
+    total.lines_oversized += more.lines_oversized
+    total.resets += more.resets
+    total.offset, total.file_size, total.at_eof = more.offset, more.file_size, more.at_eof
+    total.errors.extend(more.errors[: max(0, 20 - len(total.errors))])

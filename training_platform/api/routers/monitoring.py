@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query, Response
 
 from training_platform.api.deps import KnownJobId, SessionDep, SyncServiceDep
 from training_platform.api.schemas import AnomalyList, AnomalyOut, ErrorOut, MetricsHistory, SyncOut
+from training_platform.api.series_schema import MetricsSeries
 from training_platform.core.metrics_query import list_anomalies, list_metrics
+from training_platform.core.series_query import downsampled_history
 from training_platform.errors import InvalidParameterError
 
 router = APIRouter(prefix="/monitoring/{job_id}", tags=["monitoring"])
 
 MAX_PAGE = 100_000
-_NOT_FOUND = {404: {"model": ErrorOut, "description": "Unknown job"}}
+MAX_POINTS = 20_000
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut, "description": "Unknown job"}
+}
 
 MAX_STEP = 2**63 - 1  # BIGINT: larger values would fail inside the database, not here
 StepQuery = Annotated[
@@ -30,7 +35,7 @@ def _check_range(start_step: int | None, end_step: int | None) -> None:
 
 @router.get(
     "/metrics",
-    response_model=MetricsHistory,
+    response_model=MetricsHistory | MetricsSeries,
     summary="Metric history",
     responses=_NOT_FOUND,
 )
@@ -42,6 +47,24 @@ def metrics_history(
     limit: Annotated[
         int, Query(ge=1, le=MAX_PAGE, description="Records per page (pages by step).")
     ] = 10_000,
+    max_points: Annotated[
+        int | None,
+        Query(
+            ge=2,
+            le=MAX_POINTS,
+            description="Answer with at most this many points per series (MetricsSeries): "
+            "min/max/mean buckets that keep every spike, or the exact values when the range "
+            "holds no more rows than this.",
+        ),
+    ] = None,
+    fields: Annotated[
+        str | None,
+        Query(
+            max_length=8192,
+            description="With max_points: comma-separated series (`loss.actor_loss`) or "
+            "groups (`loss`, `extra`) to return; default all.",
+        ),
+    ] = None,
 ) -> Response:
     """Records between `start_step` and `end_step` (inclusive) in step order.
 
@@ -49,8 +72,24 @@ def metrics_history(
     `gradient`, `performance`, `timing`, `extra`, `anomalies`); non-finite
     numbers are the strings "NaN", "Infinity", "-Infinity". When more records
     remain, `next_start_step` says where the next page starts.
+
+    With `max_points` the answer is columnar instead (MetricsSeries), sized for
+    a chart whatever the run's length: a 1M-step run comes back as ~2,000
+    precomputed buckets.
     """
     _check_range(start_step, end_step)
+    if max_points is not None:
+        body = downsampled_history(
+            session,
+            job_id=job_id,
+            start_step=start_step,
+            end_step=end_step,
+            max_points=max_points,
+            fields=_parse_fields(fields),
+        )
+        return Response(orjson.dumps(body), media_type="application/json")
+    if fields is not None:
+        raise InvalidParameterError("fields applies only together with max_points")
     records = list_metrics(
         session,
         job_id=job_id,
@@ -65,6 +104,15 @@ def metrics_history(
     # Built by hand rather than through pydantic: a page can hold 100k records
     # and they are already plain JSON-safe dicts.
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _parse_fields(fields: str | None) -> frozenset[str] | None:
+    if fields is None:
+        return None
+    names = frozenset(name.strip() for name in fields.split(",") if name.strip())
+    if not names:
+        raise InvalidParameterError("fields must name at least one series or group")
+    return names
 
 
 @router.get(

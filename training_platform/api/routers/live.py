@@ -1,0 +1,157 @@
+"""`/api/monitoring/{job_id}/live`: a job's new records, status and anomalies as they land.
+
+Messages (DESIGN.md, plus `anomaly` and `error`):
+
+- ``{"type": "status", "data": {...}}`` first (the job's current status), then
+  whenever status, total_steps or the anomaly flag change;
+- ``{"type": "metric", "data": {...record...}}`` for every record committed;
+- ``{"type": "anomaly", "data": {"step", "type", "severity", "message",
+  "source", "created_at"}}`` when a detector fires (either source);
+- ``{"type": "finished", "status": "completed"}`` when the run ends; the
+  server then closes with 1000.
+
+With ``?since_step=N`` the stored records after step N come first (in step
+order, read in pages), then the live ones, with no gap and no duplicate at the
+hand-over. A client that falls `live_queue_size` messages behind, or whose
+sends time out, is closed with 1013 and a reason; it should reconnect with
+``since_step`` set to the last step it received. Messages from the client are
+ignored (beyond the size cap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+
+from anyio import to_thread
+from fastapi import APIRouter, WebSocket
+
+from training_platform.api.websocket import (
+    CLOSE_INTERNAL,
+    CLOSE_NORMAL,
+    CLOSE_TRY_AGAIN,
+    ClientGone,
+    Connection,
+    admit,
+    check_job_id,
+    query_params,
+    step_param,
+)
+from training_platform.core.live import Dropped, HandOver, Subscription, metric_message
+from training_platform.core.live_hub import LiveHub
+from training_platform.core.sync_service import TERMINAL_STATUSES
+from training_platform.errors import JobNotFoundError, PlatformError
+from training_platform.settings import Settings
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["live"])
+
+
+@router.websocket("/monitoring/{job_id}/live")
+async def live_stream(websocket: WebSocket, job_id: str) -> None:
+    settings: Settings = websocket.app.state.settings
+    if not await admit(websocket, settings):
+        return
+    await websocket.accept()
+    async with Connection(
+        websocket,
+        send_timeout=settings.live_send_timeout,
+        max_incoming=settings.live_max_client_message_bytes,
+    ) as connection:
+        try:
+            await _stream(connection, websocket.app.state.live_hub, job_id)
+        except Exception:  # e.g. the database went away: say so, never leave it hanging
+            logger.exception("live stream of %s failed", job_id)
+            await connection.close(CLOSE_INTERNAL, "internal error; see the server log")
+
+
+async def _stream(connection: Connection, hub: LiveHub, job_id: str) -> None:
+    try:
+        since_step = step_param(query_params(connection.websocket, ("since_step",)), "since_step")
+        check_job_id(job_id)
+        if not await to_thread.run_sync(hub.job_exists, job_id):
+            raise JobNotFoundError(f"job {job_id!r} not found")
+    except PlatformError as exc:
+        await connection.fail(exc)
+        return
+    # Subscribe first: whatever is committed from here on is queued for us,
+    # and the hand-over below skips what the history pages already held.
+    subscription = hub.subscribe(job_id)
+    try:
+        await _serve(connection, hub, subscription, job_id, since_step)
+    except ClientGone as exc:
+        subscription.drop(f"too slow: {exc}")
+        await connection.close(CLOSE_TRY_AGAIN, subscription.dropped or "")
+    finally:
+        subscription.close()
+
+
+async def _serve(
+    connection: Connection,
+    hub: LiveHub,
+    subscription: Subscription,
+    job_id: str,
+    since_step: int | None,
+) -> None:
+    status, status_seq = await to_thread.run_sync(hub.status_locked, job_id)
+    handover = HandOver(status_seq)
+    if status is not None:
+        await connection.send_json({"type": "status", "data": status})
+    if since_step is not None:
+        await _send_history(connection, hub, handover, job_id, since_step)
+    if status is not None and status["status"] in TERMINAL_STATUSES:
+        await connection.send_json({"type": "finished", "status": status["status"]})
+        await connection.close(CLOSE_NORMAL, f"run {status['status']}")
+        return
+    forward = asyncio.create_task(_forward(connection, subscription, handover))
+    listen = asyncio.create_task(_ignore_incoming(connection))
+    try:
+        await asyncio.wait({forward, listen}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (forward, listen):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if forward.done() and not forward.cancelled() and forward.exception() is not None:
+        raise forward.exception()  # type: ignore[misc]
+
+
+async def _send_history(
+    connection: Connection, hub: LiveHub, handover: HandOver, job_id: str, since_step: int
+) -> None:
+    """The stored records after `since_step`, page by page, each page with its commit number."""
+    page_size = hub.settings.history_page_size
+    max_bytes = hub.settings.live_max_message_bytes
+    after = since_step
+    while True:
+        records, seq = await to_thread.run_sync(hub.history_locked, job_id, after, page_size)
+        full = len(records) == page_size
+        if records:
+            after = records[-1]["step"]
+        handover.add_page(after if full else math.inf, seq)
+        for record in records:
+            await connection.send_text(metric_message(seq, record, max_bytes=max_bytes).text)
+        if not full:
+            return
+
+
+async def _forward(connection: Connection, subscription: Subscription, handover: HandOver) -> None:
+    while True:
+        item = await subscription.get()
+        if isinstance(item, Dropped):
+            await connection.close(CLOSE_TRY_AGAIN, item.reason)
+            return
+        if handover.already_sent(item):
+            continue
+        await connection.send_text(item.text)
+        if item.kind == "finished":
+            await connection.close(CLOSE_NORMAL, "run finished")
+            return
+
+
+async def _ignore_incoming(connection: Connection) -> None:
+    """Read until the client goes (so a disconnect is noticed); enforce the size cap."""
+    while await connection.receive_text() is not None:
+        pass

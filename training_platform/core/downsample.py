@@ -1,0 +1,243 @@
+"""Min/max-preserving downsampling of metric series (pure: no database here).
+
+A series is one number per step, named ``group.field`` (``loss.actor_loss``,
+``timing.rollout``, ``extra.actor/entropy``). Downsampling cuts the step axis
+into buckets and keeps, per bucket and series, the minimum, the maximum, the
+sum and count of the finite values (hence the mean) and how many values were
+NaN or infinite. So a one-step spike is never averaged away: it is the
+bucket's max, drawn as the top of the band (what W&B draws in its
+full-fidelity mode), and a NaN step still counts in `nonfinite`, never
+dropped. Zoomed in far enough, every bucket holds one step and the result is
+the raw data.
+
+Buckets merge exactly (min of mins, max of maxes, sums of sums), which is what
+lets `core/rollups.py` precompute them once at ingestion and answer a
+1M-step history from ~2,000 stored buckets instead of 1M rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS
+
+# Per series and bucket: [min, max, sum, finite count, non-finite count];
+# min/max/sum are None while no finite value was seen.
+MIN, MAX, SUM, FINITE, NONFINITE = range(5)
+Stats = list[Any]
+NONFINITE_NAMES: Final = ("NaN", "Infinity", "-Infinity")
+_NONFINITE_VALUES: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def series_values(record: Mapping[str, Any]) -> dict[str, float | int]:
+    """Every number of a record as ``{"group.field": value}`` (NaN/inf included).
+
+    Non-finite values may be floats or the API's strings ("NaN", ...); both
+    come out as floats. Booleans and non-numbers are not series.
+    """
+    values: dict[str, float | int] = {}
+    for group in (*GROUP_FIELDS, *FREE_GROUPS):
+        _collect(values, group, record.get(group))
+    other = record.get("other")
+    if isinstance(other, Mapping):
+        for group, fields in other.items():
+            _collect(values, str(group), fields)
+    return values
+
+
+def _collect(out: dict[str, float | int], group: str, fields: Any) -> None:
+    if not isinstance(fields, Mapping):
+        return
+    for name, value in fields.items():
+        kind = type(value)
+        if kind is float or kind is int:
+            out[f"{group}.{name}"] = value
+        elif kind is str and value in _NONFINITE_VALUES:
+            out[f"{group}.{name}"] = _NONFINITE_VALUES[value]
+
+
+def add_value(stats: dict[str, Stats], key: str, value: float | int) -> None:
+    """Fold one value into a bucket's stats."""
+    entry = stats.get(key)
+    if entry is None:
+        entry = stats[key] = [None, None, None, 0, 0]
+    # `v - v != 0` is true exactly for NaN and +-inf (cheaper than math.isfinite).
+    if value - value != 0:
+        entry[NONFINITE] += 1
+        return
+    if entry[FINITE] == 0:
+        entry[MIN] = entry[MAX] = entry[SUM] = value
+    else:
+        if value < entry[MIN]:
+            entry[MIN] = value
+        elif value > entry[MAX]:
+            entry[MAX] = value
+        entry[SUM] += value
+    entry[FINITE] += 1
+
+
+def merge_stats(into: dict[str, Stats], other: Mapping[str, Stats]) -> None:
+    """Fold another bucket's stats into `into` (exact: min/max/sum/counts combine)."""
+    for key, theirs in other.items():
+        mine = into.get(key)
+        if mine is None:
+            into[key] = list(theirs)
+            continue
+        if theirs[FINITE]:
+            if mine[FINITE] == 0:
+                mine[MIN], mine[MAX], mine[SUM] = theirs[MIN], theirs[MAX], theirs[SUM]
+            else:
+                mine[MIN] = min(mine[MIN], theirs[MIN])
+                mine[MAX] = max(mine[MAX], theirs[MAX])
+                mine[SUM] += theirs[SUM]
+            mine[FINITE] += theirs[FINITE]
+        mine[NONFINITE] += theirs[NONFINITE]
+
+
+@dataclass
+class Bucket:
+    """The steps `first_step`..`last_step` (those present), summarised per series."""
+
+    first_step: int
+    last_step: int
+    rows: int = 0
+    stats: dict[str, Stats] = field(default_factory=dict)
+
+    @classmethod
+    def of_record(cls, step: int, values: Mapping[str, float | int]) -> Bucket:
+        bucket = cls(step, step)
+        bucket.add(step, values)
+        return bucket
+
+    def add(self, step: int, values: Mapping[str, float | int]) -> None:
+        self.first_step = min(self.first_step, step)
+        self.last_step = max(self.last_step, step)
+        self.rows += 1
+        for key, value in values.items():
+            add_value(self.stats, key, value)
+
+    def merge(self, other: Bucket) -> None:
+        self.first_step = min(self.first_step, other.first_step)
+        self.last_step = max(self.last_step, other.last_step)
+        self.rows += other.rows
+        merge_stats(self.stats, other.stats)
+
+
+def bucket_width(start_step: int, end_step: int, max_points: int) -> int:
+    """The smallest whole number of steps per bucket giving at most `max_points` buckets."""
+    span = end_step - start_step + 1
+    return max(1, -(-span // max_points))
+
+
+def coalesce(pieces: Iterable[Bucket], start_step: int, width: int) -> list[Bucket]:
+    """Merge step-ordered pieces into buckets `[start_step + k*width, ...)`.
+
+    A piece goes to the bucket its first step falls in, so the result has at
+    most ceil(span / width) buckets whatever the pieces were (rows, rollup
+    nodes of any size), and empty buckets are simply absent. A piece alone in
+    its bucket is passed through as it is (the pieces are not reused).
+    """
+    out: list[Bucket] = []
+    current_index: int | None = None
+    shared = False  # whether out[-1] is still a piece passed through
+    for piece in pieces:
+        index = (piece.first_step - start_step) // width
+        if index != current_index:
+            out.append(piece)
+            current_index = index
+            shared = True
+            continue
+        if shared:
+            # A second piece for this bucket: merge into a copy, not into the piece.
+            first = out[-1]
+            out[-1] = Bucket(first.first_step, first.last_step)
+            out[-1].merge(first)
+            shared = False
+        out[-1].merge(piece)
+    return out
+
+
+@dataclass(frozen=True)
+class Span:
+    """Steps `lo`..`hi` covered by `level` buckets `first`..`last` (level -1: raw rows)."""
+
+    level: int
+    lo: int
+    hi: int
+    first: int = 0
+    last: int = -1
+
+
+def cover(lo: int, hi: int, widths: tuple[int, ...], top: int) -> Iterator[Span]:
+    """Split `[lo, hi]` into runs of whole aligned buckets, coarsest first, in step order.
+
+    Level `top` buckets (of `widths[top]` steps, aligned to multiples of it)
+    cover the middle; the ragged ends go to finer levels, and what no bucket
+    fits becomes a raw run (level -1) of fewer than `widths[0]` steps per end.
+    Exactly `[lo, hi]` is covered: nothing outside the range leaks in.
+    """
+    if lo > hi:
+        return
+    if top < 0:
+        yield Span(-1, lo, hi)
+        return
+    width = widths[top]
+    first = -(-lo // width)
+    last = (hi + 1) // width - 1
+    if first > last:
+        yield from cover(lo, hi, widths, top - 1)
+        return
+    yield from cover(lo, first * width - 1, widths, top - 1)
+    yield Span(top, first * width, (last + 1) * width - 1, first, last)
+    yield from cover((last + 1) * width, hi, widths, top - 1)
+
+
+def wanted(key: str, fields: frozenset[str] | None) -> bool:
+    """`fields` lists series keys (``loss.actor_loss``) or whole groups (``loss``)."""
+    return fields is None or key in fields or key.split(".", 1)[0] in fields
+
+
+def buckets_to_json(buckets: list[Bucket], fields: frozenset[str] | None) -> dict[str, Any]:
+    """Columnar arrays, one entry per bucket, for every series present.
+
+    ``steps``/``last_steps`` bound each bucket; per series ``min``, ``max``,
+    ``mean`` (null where the bucket has no finite value of it) and
+    ``nonfinite`` (how many NaN/inf values the bucket had). A mean can only
+    be infinite when a sum of huge values overflowed; serialise with orjson,
+    which writes it as null.
+    """
+    keys = sorted({key for b in buckets for key in b.stats if wanted(key, fields)})
+    series: dict[str, dict[str, list[Any]]] = {}
+    for key in keys:
+        # min/max/sum stay None in an entry without finite values (see add_value).
+        entries = [b.stats.get(key) for b in buckets]
+        series[key] = {
+            "min": [e and e[MIN] for e in entries],
+            "max": [e and e[MAX] for e in entries],
+            "mean": [e[SUM] / e[FINITE] if e and e[FINITE] else None for e in entries],
+            "nonfinite": [e[NONFINITE] if e else 0 for e in entries],
+        }
+    return {
+        "steps": [b.first_step for b in buckets],
+        "last_steps": [b.last_step for b in buckets],
+        "series": series,
+    }
+
+
+def records_to_json(records: list[dict[str, Any]], fields: frozenset[str] | None) -> dict[str, Any]:
+    """Raw records (API convention: non-finite as strings) as columnar ``values`` arrays."""
+    flat = [series_values(record) for record in records]
+    keys = sorted({key for values in flat for key in values if wanted(key, fields)})
+    series = {key: {"values": [_api_number(values.get(key)) for values in flat]} for key in keys}
+    return {"steps": [record["step"] for record in records], "series": series}
+
+
+def _api_number(value: float | int | None) -> Any:
+    if value is None or value - value == 0:
+        return value
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"

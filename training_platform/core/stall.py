@@ -1,0 +1,129 @@
+"""Stall detection: a run that says "running" but whose metrics file stopped growing.
+
+A trainer killed by the OOM killer, a hung NCCL collective or a lost node never
+writes a final status: its status file says "running" forever. The only sign
+is silence, judged against the run's own rhythm: a job is stalled when its
+file has not grown for `factor` times its usual step time (the median gap
+between the timestamps of its recent records), and for at least
+`min_seconds`, so a run with 2-second steps is not called stalled during a
+one-minute checkpoint save.
+
+Time comes from an injected clock (Unix seconds, like `received_at` in the
+database), so tests move time instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+_GAPS: Final = 32  # recent timestamp gaps kept per job for the median step time
+
+
+@dataclass
+class _JobRhythm:
+    last_growth: float
+    last_timestamp: float | None = None
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=_GAPS))
+    status_updated_at: float | None = None
+
+
+class StallWatch:
+    """Per-job "when did it last grow" and "how long is a step", kept in memory.
+
+    Thread-safe: syncs of different jobs run in different worker threads.
+    State is primed from the database on a job's first use (`is_primed`/`prime`),
+    so a server restart judges a silent run by when its last record landed,
+    not by when the server came back.
+    """
+
+    def __init__(
+        self,
+        *,
+        factor: float,
+        min_seconds: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.factor = factor
+        self.min_seconds = min_seconds
+        self.clock = clock
+        self._jobs: dict[str, _JobRhythm] = {}
+        self._guard = threading.Lock()
+
+    def is_primed(self, job_id: str) -> bool:
+        with self._guard:
+            return job_id in self._jobs
+
+    def prime(self, job_id: str, *, last_growth: float, timestamps: Iterable[float]) -> None:
+        """Start tracking a job: when it last grew, and its recent record timestamps."""
+        rhythm = _JobRhythm(last_growth=last_growth)
+        for timestamp in timestamps:
+            _add_timestamp(rhythm, timestamp)
+        with self._guard:
+            self._jobs.setdefault(job_id, rhythm)
+
+    def note_records(self, job_id: str, records: Iterable[Mapping[str, Any]]) -> None:
+        """New records were stored: the file grew now."""
+        now = self.clock()
+        with self._guard:
+            rhythm = self._jobs.setdefault(job_id, _JobRhythm(last_growth=now))
+            rhythm.last_growth = now
+            for record in records:
+                timestamp = record.get("timestamp")
+                if isinstance(timestamp, (int, float)) and not isinstance(timestamp, bool):
+                    _add_timestamp(rhythm, float(timestamp))
+
+    def note_status(self, job_id: str, updated_at: float | None) -> None:
+        """The trainer rewrote its status file: a new `updated_at` is a sign of life too.
+
+        Only a change counts (the first value seen is a baseline): the trainer's
+        clock may differ from ours, so its value is never compared with ours.
+        """
+        if updated_at is None:
+            return
+        now = self.clock()
+        with self._guard:
+            rhythm = self._jobs.setdefault(job_id, _JobRhythm(last_growth=now))
+            if rhythm.status_updated_at is not None and updated_at != rhythm.status_updated_at:
+                rhythm.last_growth = now
+            rhythm.status_updated_at = updated_at
+
+    def step_time(self, job_id: str) -> float | None:
+        """The job's usual seconds per record (median recent gap), None before two records."""
+        with self._guard:
+            rhythm = self._jobs.get(job_id)
+            gaps = list(rhythm.gaps) if rhythm else []
+        return statistics.median(gaps) if gaps else None
+
+    def threshold(self, job_id: str) -> float:
+        """Seconds of silence after which the job counts as stalled."""
+        usual = self.step_time(job_id)
+        return max(self.min_seconds, self.factor * usual) if usual else self.min_seconds
+
+    def silent_for(self, job_id: str) -> float | None:
+        with self._guard:
+            rhythm = self._jobs.get(job_id)
+            last = rhythm.last_growth if rhythm else None
+        return None if last is None else self.clock() - last
+
+    def is_stalled(self, job_id: str) -> bool:
+        silent = self.silent_for(job_id)
+        return silent is not None and silent > self.threshold(job_id)
+
+    def forget(self, job_id: str) -> None:
+        with self._guard:
+            self._jobs.pop(job_id, None)
+
+
+def _add_timestamp(rhythm: _JobRhythm, timestamp: float) -> None:
+    if timestamp != timestamp or timestamp in (float("inf"), float("-inf")):
+        return
+    previous, rhythm.last_timestamp = rhythm.last_timestamp, timestamp
+    # Only forward gaps count: a rewritten (resumed) step goes back in time.
+    if previous is not None and timestamp > previous:
+        rhythm.gaps.append(timestamp - previous)

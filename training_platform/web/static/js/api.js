@@ -1,0 +1,65 @@
+// Talking to the platform: REST under /api, WebSockets, and the optional API token.
+//
+// The token (PLATFORM_API_TOKEN) is asked for only when the server answers 401, kept
+// in this browser's localStorage, sent as a Bearer header on REST calls and as
+// ?token= on WebSockets (a browser cannot set headers on a WebSocket handshake).
+
+const TOKEN_KEY = "training_platform.token";
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super(describe(status, body));
+    this.status = status;
+    this.body = body;
+  }
+}
+
+function describe(status, body) {
+  const detail = body && body.detail;
+  if (typeof detail === "string") return `${status}: ${detail}`;
+  if (Array.isArray(detail)) return `${status}: ${detail.map((d) => d.msg).join("; ")}`;
+  return `HTTP ${status}`;
+}
+
+export function token() {
+  return localStorage.getItem(TOKEN_KEY) || "";
+}
+
+function askForToken() {
+  const value = window.prompt("This server needs its API token (PLATFORM_API_TOKEN):", "");
+  if (value) localStorage.setItem(TOKEN_KEY, value.trim());
+  return Boolean(value);
+}
+
+/** GET (or another method) a JSON resource under /api; throws ApiError. */
+export async function api(path, { method = "GET", body, signal } = {}) {
+  for (let attempt = 0; attempt < 2; attempt += 1) {
+    const headers = { Accept: "application/json" };
+    if (token()) headers.Authorization = `Bearer ${token()}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(`/api${path}`, {
+      method,
+      headers,
+      signal,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status === 401 && attempt === 0 && askForToken()) continue;
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new ApiError(response.status, data);
+    return data;
+  }
+  throw new ApiError(401, { detail: "missing or invalid API token" });
+}
+
+/** ws:// or wss:// URL of an /api WebSocket path, with the token when there is one. */
+export function wsUrl(path, params = {}) {
+  const url = new URL(`/api${path}`, window.location.href);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  for (const [key, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null) url.searchParams.set(key, String(value));
+  }
+  if (token()) url.searchParams.set("token", token());
+  return url.toString();
+}
+
+export const enc = encodeURIComponent;

@@ -1,0 +1,146 @@
+// The grid of charts of a run (used by the run view and the playback view): the
+// fixed charts by section, the user's added charts, a smoothing control, and one
+// x-range shared by all charts (zooming one zooms all).
+
+import { CHARTS, SECTIONS, claimedKeys, customSpec } from "./chart_specs.js";
+import { MetricChart } from "./charts.js";
+import { frameThrottle, h } from "./format.js";
+
+export class ChartBoard {
+  /**
+   * @param options {syncKey, storageKey?, onZoom?(lo, hi), onReset?()}
+   *   storageKey: where the user's added charts are remembered (localStorage).
+   */
+  constructor({ syncKey, storageKey = null, onZoom = null, onReset = null }) {
+    this.storageKey = storageKey;
+    this.onZoom = onZoom;
+    this.onReset = onReset;
+    this.columns = null;
+    this.anomalies = [];
+    this.range = null;
+    this.weight = Number(localStorage.getItem("training_platform.smoothing") || 0);
+    this.charts = new Map();
+    const ctx = {
+      syncKey,
+      smoothing: () => this.weight,
+      onZoom: (lo, hi) => this.zoom([lo, hi]),
+      onReset: () => this.zoom(null),
+      onRemove: (spec) => this.removeCustom(spec.id),
+    };
+    this.ctx = ctx;
+    this.sections = new Map(SECTIONS.map((s) => [s.id,
+      h("div", { class: "chart-grid", "data-section": s.id })]));
+    this.claimed = new Set(CHARTS.flatMap(claimedKeys));
+    for (const spec of CHARTS) this.addChart(spec);
+    for (const key of this.savedCustom()) this.addChart(customSpec(key));
+    this.redraw = frameThrottle(() => this.draw());
+
+    this.slider = h("input", {
+      type: "range", min: "0", max: "0.99", step: "0.01", value: String(this.weight),
+      "aria-label": "Smoothing", oninput: () => this.setSmoothing(Number(this.slider.value)),
+    });
+    this.sliderValue = h("output", {}, this.weight.toFixed(2));
+    this.picker = h("select", { "aria-label": "Series to add as a chart", class: "series-picker" });
+    this.controls = h("div", { class: "board-controls" },
+      h("label", { class: "control", title: "Exponential moving average of the mean line, as TensorBoard draws it; the band keeps the raw min/max" },
+        "Smoothing ", this.slider, this.sliderValue),
+      h("span", { class: "control" }, this.picker,
+        h("button", { onclick: () => this.addPicked() }, "Add chart")));
+    this.root = h("div", { class: "board" },
+      SECTIONS.map((s) => h("section", { class: "board-section", "data-section": s.id },
+        h("h2", {}, s.title), this.sections.get(s.id))));
+  }
+
+  destroy() {
+    for (const chart of this.charts.values()) chart.destroy();
+    this.charts.clear();
+  }
+
+  addChart(spec) {
+    if (this.charts.has(spec.id)) return;
+    const chart = new MetricChart(spec, this.ctx);
+    this.charts.set(spec.id, chart);
+    this.sections.get(spec.section).append(chart.root);
+    chart.setAnomalies(this.anomalies);
+    if (this.range) chart.setRange(this.range);
+    if (this.columns) chart.update(this.columns);
+  }
+
+  setColumns(columns) {
+    this.columns = columns;
+    this.redraw();
+  }
+
+  setAnomalies(anomalies) {
+    this.anomalies = anomalies;
+    for (const chart of this.charts.values()) chart.setAnomalies(anomalies);
+  }
+
+  /** Zoom every chart to [lo, hi] (null: the whole run) and tell the owner. */
+  zoom(range) {
+    this.range = range;
+    for (const chart of this.charts.values()) chart.setRange(range);
+    if (range && this.onZoom) this.onZoom(range[0], range[1]);
+    if (!range && this.onReset) this.onReset();
+  }
+
+  setSmoothing(weight) {
+    this.weight = weight;
+    this.sliderValue.textContent = weight.toFixed(2);
+    localStorage.setItem("training_platform.smoothing", String(weight));
+    this.redraw();
+  }
+
+  draw() {
+    if (!this.columns) return;
+    for (const chart of this.charts.values()) chart.update(this.columns);
+    this.refreshPicker();
+  }
+
+  /** Offer every series no chart shows yet (extras, unknown groups). */
+  refreshPicker() {
+    const shown = new Set(this.claimed);
+    for (const id of this.charts.keys()) if (id.startsWith("custom:")) shown.add(id.slice(7));
+    const options = this.columns.keys()
+      .filter((key) => !shown.has(key) && !key.startsWith("timing."))
+      .sort();
+    const current = [...this.picker.options].map((o) => o.value).join("\n");
+    if (current === options.join("\n")) return;
+    this.picker.replaceChildren(...options.map((key) => h("option", { value: key }, key)));
+    this.picker.disabled = options.length === 0;
+  }
+
+  addPicked() {
+    const key = this.picker.value;
+    if (!key) return;
+    this.addChart(customSpec(key));
+    this.saveCustom();
+    this.refreshPicker();
+  }
+
+  removeCustom(id) {
+    const chart = this.charts.get(id);
+    if (!chart) return;
+    chart.destroy();
+    chart.root.remove();
+    this.charts.delete(id);
+    this.saveCustom();
+    if (this.columns) this.refreshPicker();
+  }
+
+  savedCustom() {
+    if (!this.storageKey) return [];
+    try {
+      const keys = JSON.parse(localStorage.getItem(this.storageKey) || "[]");
+      return Array.isArray(keys) ? keys.filter((k) => typeof k === "string") : [];
+    } catch {
+      return [];
+    }
+  }
+
+  saveCustom() {
+    if (!this.storageKey) return;
+    const keys = [...this.charts.keys()].filter((id) => id.startsWith("custom:")).map((id) => id.slice(7));
+    localStorage.setItem(this.storageKey, JSON.stringify(keys));
+  }
+}

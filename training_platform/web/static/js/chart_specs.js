@@ -1,0 +1,94 @@
+// Which charts a run view shows, and from which series.
+//
+// A line chart names series keys ("group.field"); `pick` charts show the first key
+// present (trainers name entropy differently); `stackPrefix` stacks every series
+// under a prefix (the per-stage timing breakdown).
+
+export const PALETTE = [
+  "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2",
+  "#ca8a04", "#db2777", "#4b5563", "#65a30d", "#7c3aed", "#0d9488",
+];
+
+// The same preference order as callbacks/wire.py's ENTROPY_KEYS.
+const ENTROPY = ["actor/entropy", "entropy", "policy/entropy_avg", "objective/entropy",
+  "policy/entropy"].map((key) => `extra.${key}`);
+
+export const SECTIONS = [
+  { id: "overview", title: "Overview" },
+  { id: "performance", title: "Performance and memory" },
+  { id: "timing", title: "Timing" },
+  { id: "custom", title: "More metrics" },
+];
+
+export const CHARTS = [
+  {
+    id: "losses", section: "overview", title: "Losses",
+    lines: [
+      { key: "loss.actor_loss", label: "actor" },
+      { key: "loss.critic_loss", label: "critic" },
+      { key: "loss.total_loss", label: "total" },
+    ],
+  },
+  {
+    id: "reward", section: "overview", title: "Reward (mean, min–max band)",
+    lines: [{ key: "reward.mean", label: "mean" }],
+    band: { lower: "reward.min", upper: "reward.max", label: "min–max" },
+  },
+  {
+    id: "kl", section: "overview", title: "KL divergence",
+    lines: [{ key: "kl.mean", label: "mean" }, { key: "kl.max", label: "max" }],
+  },
+  {
+    id: "grad", section: "overview", title: "Gradient norms",
+    lines: [
+      { key: "gradient.actor_norm", label: "actor" },
+      { key: "gradient.critic_norm", label: "critic" },
+    ],
+  },
+  { id: "entropy", section: "overview", title: "Entropy", pick: ENTROPY, label: "entropy" },
+  {
+    id: "throughput", section: "performance", title: "Throughput (tokens/s)",
+    lines: [{ key: "performance.tokens_per_second", label: "tokens/s" }],
+  },
+  {
+    id: "step_time", section: "performance", title: "Step time (s)",
+    lines: [{ key: "performance.step_time", label: "step time" }],
+  },
+  {
+    id: "gpu_memory", section: "performance", title: "GPU memory allocated (GiB)",
+    lines: [{ key: "performance.gpu_memory_allocated", label: "GiB" }],
+  },
+  { id: "timing", section: "timing", title: "Per-stage time (s, stacked)", stackPrefix: "timing." },
+];
+
+/** Keys the fixed charts show (a `pick` chart claims all its candidates). */
+export function claimedKeys(spec) {
+  const keys = [];
+  for (const line of spec.lines || []) keys.push(line.key);
+  if (spec.band) keys.push(spec.band.lower, spec.band.upper);
+  if (spec.pick) keys.push(...spec.pick);
+  return keys;
+}
+
+/** A chart spec for one series the user added ("any extra metric can be a chart"). */
+export function customSpec(key) {
+  return {
+    id: `custom:${key}`, section: "custom", title: key, custom: true,
+    lines: [{ key, label: key.split(".").slice(1).join(".") || key }],
+  };
+}
+
+/** Lines of `spec` for the keys present in `keys` (a Set), with their colours. */
+export function resolveLines(spec, keys) {
+  let lines;
+  if (spec.pick) {
+    const key = spec.pick.find((candidate) => keys.has(candidate));
+    lines = key ? [{ key, label: spec.label }] : [];
+  } else if (spec.stackPrefix) {
+    lines = [...keys].filter((key) => key.startsWith(spec.stackPrefix)).sort()
+      .map((key) => ({ key, label: key.slice(spec.stackPrefix.length) }));
+  } else {
+    lines = spec.lines.filter((line) => keys.has(line.key));
+  }
+  return lines.map((line, i) => ({ ...line, color: PALETTE[i % PALETTE.length] }));
+}

@@ -1,0 +1,93 @@
+// The run view's side panels: status, anomalies, profiling artifacts.
+
+import { ApiError, api, enc, token } from "./api.js";
+import {
+  fmtAgo, fmtBytes, fmtStep, fmtTime, h, progressBar, statusBadge,
+} from "./format.js";
+
+const MAX_ANOMALY_ROWS = 500;
+
+export function renderStatus(container, job) {
+  const rows = [
+    ["Status", statusBadge(job.status)],
+    ["Progress", progressBar(Math.max(job.current_step ?? -1, job.latest_step ?? -1), job.total_steps)],
+    ["Latest stored step", fmtStep(job.latest_step)],
+    ["Records stored", fmtStep(job.metrics_count)],
+    ["Started", fmtTime(job.started_at)],
+    ["Last update", h("span", { title: fmtTime(job.updated_at) }, fmtAgo(job.updated_at))],
+    ["Source", job.source === "ssh" && job.ssh
+      ? `ssh ${job.ssh.username}@${job.ssh.host}:${job.ssh.remote_dir}`
+      : job.metrics_dir || "local"],
+  ];
+  if (job.anomaly_reason) rows.push(["Trainer says", job.anomaly_reason]);
+  if (job.sync && (job.sync.lines_malformed || job.sync.lines_oversized)) {
+    rows.push(["Skipped lines", `${job.sync.lines_malformed} malformed, ${job.sync.lines_oversized} oversized`]);
+  }
+  if (job.last_sync_error) rows.push(["Sync error", h("span", { class: "error-text" }, job.last_sync_error)]);
+  container.replaceChildren(h("dl", { class: "facts" },
+    rows.flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)])));
+}
+
+/** Anomalies in step order; `onPick(anomaly)` zooms the charts to it. */
+export function renderAnomalies(container, anomalies, onPick) {
+  if (!anomalies.length) {
+    container.replaceChildren(h("p", { class: "muted" }, "No anomalies."));
+    return;
+  }
+  const shown = anomalies.slice(-MAX_ANOMALY_ROWS).reverse();
+  const rows = shown.map((a) => h("tr", { class: `severity-${a.severity}`, "data-step": a.step },
+    h("td", {}, h("button", { class: "link", title: "Zoom the charts to this step", onclick: () => onPick(a) }, fmtStep(a.step))),
+    h("td", {}, h("span", { class: `badge severity-${a.severity}` }, a.severity)),
+    h("td", {}, a.type),
+    h("td", { class: "message" }, a.message),
+    h("td", { class: "muted" }, a.source)));
+  const note = anomalies.length > MAX_ANOMALY_ROWS
+    ? h("p", { class: "muted" }, `Latest ${MAX_ANOMALY_ROWS} of ${anomalies.length}.`) : null;
+  container.replaceChildren(note || "", h("table", { class: "anomalies" },
+    h("thead", {}, h("tr", {}, ["step", "severity", "type", "message", "source"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, rows)));
+}
+
+export async function renderArtifacts(container, jobId) {
+  let listing;
+  try {
+    listing = await api(`/jobs/${enc(jobId)}/artifacts`);
+  } catch (error) {
+    const text = error instanceof ApiError && error.status === 503
+      ? "The job's files cannot be read right now." : `Artifacts unavailable (${error.message}).`;
+    container.replaceChildren(h("p", { class: "muted" }, text));
+    return;
+  }
+  if (!listing.files.length) {
+    container.replaceChildren(h("p", { class: "muted" }, "No profiling artifacts (enable profiling in the callback to get traces per step)."));
+    return;
+  }
+  const link = (file) => h("a", {
+    href: `/api/jobs/${enc(jobId)}/artifacts/${file.path.split("/").map(enc).join("/")}`,
+    class: "artifact-link",
+    download: file.path.split("/").pop(),
+    onclick: (event) => downloadWithToken(event),
+  }, file.path);
+  const profiles = listing.profiles.map((run) => h("li", {},
+    h("strong", {}, `${run.name} (step ${fmtStep(run.step)})`),
+    h("ul", {}, run.files.map((f) => h("li", {}, link(f), " ", h("span", { class: "muted" }, fmtBytes(f.size)))))));
+  const loose = listing.files.filter((f) => f.step === null)
+    .map((f) => h("li", {}, link(f), " ", h("span", { class: "muted" }, fmtBytes(f.size))));
+  container.replaceChildren(
+    h("p", { class: "muted" }, "trace.json opens in Perfetto or chrome://tracing."),
+    h("ul", { class: "artifacts" }, profiles, loose),
+    listing.truncated ? h("p", { class: "muted" }, "Listing cut at 10,000 files.") : "");
+}
+
+/** A plain link cannot carry the Bearer header: with a token, fetch and save instead. */
+async function downloadWithToken(event) {
+  if (!token()) return;
+  event.preventDefault();
+  const anchor = event.currentTarget;
+  const response = await fetch(anchor.href, { headers: { Authorization: `Bearer ${token()}` } });
+  if (!response.ok) return;
+  const url = URL.createObjectURL(await response.blob());
+  const save = h("a", { href: url, download: anchor.getAttribute("download") });
+  save.click();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}

@@ -1,0 +1,282 @@
+// The run view: REST history + the live WebSocket, charts, status/anomaly/artifact panels.
+//
+// Data flow: one downsampled overview of the whole run (`?max_points=`), then the
+// live stream from its last step (`since_step`), appended as exact points. Zooming
+// fetches the visible range again at full fidelity (exact once few enough steps are
+// visible). When the live tail outgrows the point budget, the overview is fetched
+// again in the background, so a run that goes on for days stays light.
+
+import { api, enc } from "./api.js";
+import { ChartBoard } from "./board.js";
+import {
+  debounce, fmtAgo, fmtStep, fmtTime, frameThrottle, h, progressBar, statusBadge,
+} from "./format.js";
+import { LiveStream } from "./live.js";
+import { renderAnomalies, renderArtifacts, renderStatus } from "./panels.js";
+import { Columns } from "./series.js";
+
+const JOB_REFRESH_MS = 5000;
+
+/** How many points a chart can use: about one per device pixel of its width. */
+function pointBudget() {
+  const width = Math.min(window.innerWidth, 1600) * (window.devicePixelRatio || 1);
+  return Math.max(400, Math.min(3000, Math.round(width)));
+}
+
+export class RunView {
+  constructor(root, jobId, setConnection) {
+    this.root = root;
+    this.jobId = jobId;
+    this.setConnection = setConnection;
+    this.overview = new Columns();
+    this.live = new Columns();
+    this.detail = null;
+    this.range = null;
+    this.anomalies = [];
+    this.anomalyKeys = new Set();
+    this.job = null;
+    this.stream = null;
+    this.timers = [];
+    this.reloading = null;
+    this.needStepZero = false;
+    this.redrawHeader = frameThrottle(() => this.job && this.showJob(this.job));
+    this.board = new ChartBoard({
+      syncKey: `run:${jobId}`,
+      storageKey: `training_platform.charts.${jobId}`,
+      onZoom: debounce((lo, hi) => this.zoomTo(lo, hi), 150),
+      onReset: () => this.resetZoom(),
+    });
+  }
+
+  async start() {
+    this.layout();
+    const [job] = await Promise.all([
+      api(`/jobs/${enc(this.jobId)}`),
+      this.loadAnomalies(),
+      this.loadOverview(),
+    ]);
+    this.showJob(job);
+    renderArtifacts(this.artifactsPanel, this.jobId);
+    this.stream = new LiveStream(this.jobId, {
+      sinceStep: () => this.sinceStep(),
+      onMessage: (message) => this.onLive(message),
+      onState: (state, detail) => this.setConnection(state, detail),
+    });
+    this.stream.start();
+    this.timers.push(setInterval(() => this.refreshJob(), JOB_REFRESH_MS));
+  }
+
+  stop() {
+    if (this.stream) this.stream.stop();
+    for (const timer of this.timers) clearInterval(timer);
+    this.board.destroy();
+    this.setConnection("idle");
+  }
+
+  layout() {
+    this.header = h("div", { class: "run-header" });
+    this.zoomLabel = h("span", { class: "zoom-label muted" }, "whole run");
+    this.statusPanel = h("div", { class: "panel-body", id: "status-panel" });
+    this.anomalyPanel = h("div", { class: "panel-body", id: "anomalies-panel" });
+    this.artifactsPanel = h("div", { class: "panel-body", id: "artifacts-panel" }, h("p", { class: "muted" }, "Loading…"));
+    const toolbar = h("div", { class: "toolbar" },
+      this.board.controls,
+      h("span", { class: "control" }, this.zoomLabel,
+        h("button", { onclick: () => this.board.zoom(null), title: "Or double-click a chart" }, "Reset zoom")),
+      h("a", { class: "button", href: `#/playback/${enc(this.jobId)}` }, "Playback ▶"));
+    this.root.replaceChildren(
+      this.header,
+      toolbar,
+      h("div", { class: "run-layout" },
+        h("div", { class: "run-main" }, this.board.root),
+        h("aside", { class: "run-side" },
+          h("section", { class: "panel" }, h("h2", {}, "Status"), this.statusPanel),
+          h("section", { class: "panel" }, h("h2", {}, "Anomalies ", h("span", { class: "count", id: "anomaly-count" }, "0")), this.anomalyPanel),
+          h("section", { class: "panel" }, h("h2", {}, "Profiling artifacts"), this.artifactsPanel))));
+  }
+
+  showJob(job) {
+    this.job = job;
+    const lastStep = this.lastStep() ?? job.latest_step;
+    const current = Math.max(job.current_step ?? -1, lastStep ?? -1);
+    this.header.replaceChildren(
+      h("h1", {}, job.job_id), statusBadge(job.status),
+      progressBar(current < 0 ? null : current, job.total_steps),
+      h("span", { class: "muted", title: fmtTime(job.updated_at) }, `updated ${fmtAgo(job.updated_at)}`),
+      this.anomalies.length
+        ? h("span", { class: "badge anomaly-badge" }, `${this.anomalies.length} anomalies`) : "");
+    renderStatus(this.statusPanel, job);
+  }
+
+  async refreshJob() {
+    try {
+      this.showJob(await api(`/jobs/${enc(this.jobId)}`));
+    } catch {
+      // Transient (server restarting): the next round tries again.
+    }
+  }
+
+  async loadAnomalies() {
+    const body = await api(`/monitoring/${enc(this.jobId)}/metrics/anomalies`);
+    for (const anomaly of body.anomalies) this.addAnomaly(anomaly, false);
+    this.showAnomalies();
+  }
+
+  addAnomaly(anomaly, show = true) {
+    const key = `${anomaly.step}|${anomaly.type}|${anomaly.source}`;
+    if (this.anomalyKeys.has(key)) return;
+    this.anomalyKeys.add(key);
+    this.anomalies.push(anomaly);
+    if (show) this.showAnomalies();
+  }
+
+  showAnomalies() {
+    this.anomalies.sort((a, b) => a.step - b.step);
+    renderAnomalies(this.anomalyPanel, this.anomalies, (a) => this.focusStep(a.step));
+    this.root.querySelector("#anomaly-count").textContent = String(this.anomalies.length);
+    this.board.setAnomalies(this.anomalies);
+  }
+
+  focusStep(step) {
+    const span = Math.max(20, Math.round(((this.lastStep() ?? step) - (this.overview.firstStep ?? 0)) / 100));
+    this.board.zoom([Math.max(0, step - span), step + span]);
+  }
+
+  async loadOverview() {
+    const body = await api(`/monitoring/${enc(this.jobId)}/metrics?max_points=${pointBudget()}`);
+    this.overview = Columns.fromHistory(body);
+    // Keep only live points the new overview does not already hold.
+    const end = this.overview.lastStep;
+    if (end !== null) this.live = this.live.slice(end + 1, null);
+    this.draw();
+  }
+
+  lastStep() {
+    return this.live.lastStep ?? this.overview.lastStep;
+  }
+
+  /**
+   * Where the live stream resumes. `since_step` cannot say "before step 0", so with
+   * no history yet we ask from 0 and fetch step 0 itself once the stream is
+   * subscribed (it is then either stored, or on its way live).
+   */
+  sinceStep() {
+    const last = this.lastStep();
+    if (last !== null) return last;
+    this.needStepZero = true;
+    return 0;
+  }
+
+  async fetchStepZero() {
+    this.needStepZero = false;
+    const body = await api(`/monitoring/${enc(this.jobId)}/metrics?start_step=0&end_step=0`);
+    if (!body.metrics.length || this.live.firstStep === 0 || this.overview.firstStep === 0) return;
+    const head = new Columns();
+    head.appendRecord(body.metrics[0]);
+    this.live = head.concat(this.live);
+    this.draw();
+  }
+
+  /** Messages are handled one at a time, in order, even when one needs a fetch. */
+  onLive(message) {
+    this.queue = (this.queue || Promise.resolve())
+      .then(() => this.handleLive(message))
+      .catch((error) => showBanner(`Live update failed: ${error.message}`));
+  }
+
+  async handleLive(message) {
+    switch (message.type) {
+      case "metric":
+        await this.onRecord(message);
+        break;
+      case "status":
+        if (this.job) this.showJob({ ...this.job, ...message.data });
+        break;
+      case "anomaly":
+        this.addAnomaly(message.data);
+        break;
+      case "finished":
+        if (this.job) this.showJob({ ...this.job, status: message.status });
+        break;
+      case "error":
+        showBanner(`Live stream: ${message.detail}`);
+        break;
+      default:
+        break;
+    }
+  }
+
+  async onRecord(message) {
+    let record = message.data;
+    if (message.truncated) {
+      // Too big for one WebSocket message: the server sent its step only.
+      const body = await api(`/monitoring/${enc(this.jobId)}/metrics?start_step=${record.step}&end_step=${record.step}`);
+      if (!body.metrics.length) return;
+      [record] = body.metrics;
+    }
+    if (this.needStepZero && record.step > 0) await this.fetchStepZero();
+    else if (record.step === 0) this.needStepZero = false;
+    const last = this.lastStep();
+    if (last !== null && record.step <= last) {
+      // A step written again (a run resumed from a checkpoint): reload history.
+      this.scheduleReload();
+      return;
+    }
+    this.live.appendRecord(record);
+    for (const anomaly of record.anomalies || []) {
+      this.addAnomaly({ ...anomaly, step: record.step, source: "callback" });
+    }
+    if (this.job) {
+      this.job = { ...this.job, latest_step: record.step, updated_at: record.timestamp ?? this.job.updated_at };
+    }
+    if (this.live.length > pointBudget() && !this.range) this.scheduleReload();
+    this.draw();
+  }
+
+  scheduleReload() {
+    if (this.reloading) return;
+    this.reloading = setTimeout(async () => {
+      try {
+        await this.loadOverview();
+      } finally {
+        this.reloading = null;
+      }
+    }, 500);
+  }
+
+  async zoomTo(lo, hi) {
+    this.range = [lo, hi];
+    const asked = `${lo}-${hi}`;
+    this.zoomLabel.textContent = `steps ${fmtStep(lo)}–${fmtStep(hi)}…`;
+    const body = await api(`/monitoring/${enc(this.jobId)}/metrics?max_points=${pointBudget()}&start_step=${lo}&end_step=${hi}`);
+    if (!this.range || `${this.range[0]}-${this.range[1]}` !== asked) return; // superseded
+    this.detail = Columns.fromHistory(body);
+    this.zoomLabel.textContent = `steps ${fmtStep(lo)}–${fmtStep(hi)} · ${body.downsampled ? `${fmtStep(body.bucket_steps)} steps per point` : "every step"}`;
+    this.draw();
+  }
+
+  resetZoom() {
+    this.range = null;
+    this.detail = null;
+    this.zoomLabel.textContent = "whole run";
+    this.draw();
+  }
+
+  draw() {
+    let columns;
+    if (this.detail && this.range) {
+      const end = this.detail.lastStep ?? this.range[0] - 1;
+      columns = this.detail.concat(this.live.slice(end + 1, this.range[1]));
+    } else {
+      columns = this.overview.concat(this.live);
+    }
+    this.board.setColumns(columns);
+    this.redrawHeader();
+  }
+}
+
+export function showBanner(text) {
+  const banner = document.getElementById("banner");
+  banner.textContent = text;
+  banner.hidden = !text;
+}
