@@ -18,36 +18,23 @@ app = typer.Typer(
 )
 
 
-def _settings(**overrides: Any) -> Settings:
-    values = {key: value for key, value in overrides.items() if value is not None}
-    return Settings(**values)
+HostOption = Annotated[str | None, typer.Option(help="Bind address (env PLATFORM_HOST).")]
+PortOption = Annotated[int | None, typer.Option(help="Bind port (env PLATFORM_PORT).")]
+MetricsDirOption = Annotated[
+    Path | None, typer.Option(help="Metrics directory (env PLATFORM_METRICS_DIR).")
+]
+DatabaseUrlOption = Annotated[str | None, typer.Option(help="Database URL (env DATABASE_URL).")]
 
 
-@app.command()
-def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address [env PLATFORM_HOST].")] = None,
-    port: Annotated[int | None, typer.Option(help="Bind port [env PLATFORM_PORT].")] = None,
-    metrics_dir: Annotated[
-        Path | None, typer.Option(help="Metrics directory [env PLATFORM_METRICS_DIR].")
-    ] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
-    ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
-) -> None:
-    """Start the API server (and its background sync) in this process."""
+def _run_server(settings: Settings, log_level: str) -> None:
     import uvicorn
 
     from training_platform.api.main import create_app
     from training_platform.api.websocket import uvicorn_ws_options
 
-    settings = _settings(
-        PLATFORM_HOST=host,
-        PLATFORM_PORT=port,
-        PLATFORM_METRICS_DIR=metrics_dir,
-        DATABASE_URL=database_url,
-    )
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # watchfiles logs every batch of changes at INFO: noise for a long-running server.
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -57,11 +44,32 @@ def serve(
     )
 
 
+def _settings(**overrides: Any) -> Settings:
+    values = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(**values)
+
+
+@app.command()
+def serve(
+    host: HostOption = None,
+    port: PortOption = None,
+    metrics_dir: MetricsDirOption = None,
+    database_url: DatabaseUrlOption = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Start the API server, dashboard and live pipeline in this process."""
+    settings = _settings(
+        PLATFORM_HOST=host,
+        PLATFORM_PORT=port,
+        PLATFORM_METRICS_DIR=metrics_dir,
+        DATABASE_URL=database_url,
+    )
+    _run_server(settings, log_level)
+
+
 @app.command()
 def migrate(
-    database_url: Annotated[
-        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
-    ] = None,
+    database_url: DatabaseUrlOption = None,
 ) -> None:
     """Upgrade the database schema to the newest revision (a no-op when current)."""
     from training_platform.core.database import current_revision, make_engine, migrate_to_head
@@ -85,12 +93,8 @@ def sync(
     job_id: Annotated[
         str | None, typer.Argument(help="Only this job (default: every known job).")
     ] = None,
-    metrics_dir: Annotated[
-        Path | None, typer.Option(help="Metrics directory [env PLATFORM_METRICS_DIR].")
-    ] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
-    ] = None,
+    metrics_dir: MetricsDirOption = None,
+    database_url: DatabaseUrlOption = None,
 ) -> None:
     """Discover jobs and ingest new lines once, without starting the server."""
     from training_platform.core.database import make_engine, make_session_factory, prepare_schema
@@ -117,14 +121,10 @@ def sync(
 
 @app.command()
 def demo(
-    host: Annotated[str | None, typer.Option(help="Bind address [env PLATFORM_HOST].")] = None,
-    port: Annotated[int | None, typer.Option(help="Bind port [env PLATFORM_PORT].")] = None,
-    metrics_dir: Annotated[
-        Path | None, typer.Option(help="Metrics directory [env PLATFORM_METRICS_DIR].")
-    ] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="Database URL [env DATABASE_URL].")
-    ] = None,
+    host: HostOption = None,
+    port: PortOption = None,
+    metrics_dir: MetricsDirOption = None,
+    database_url: DatabaseUrlOption = None,
     steps: Annotated[int, typer.Option(min=1, help="GRPO steps of the demo run.")] = 3000,
     step_delay: Annotated[
         float, typer.Option(min=0.0, help="Seconds between steps, so charts move visibly.")
@@ -139,11 +139,6 @@ def demo(
     import subprocess
     import sys
     import time
-
-    import uvicorn
-
-    from training_platform.api.main import create_app
-    from training_platform.api.websocket import uvicorn_ws_options
 
     settings = _settings(
         PLATFORM_HOST=host,
@@ -160,7 +155,6 @@ def demo(
     ]  # fmt: skip
     if lr_spike_at:
         command += ["--lr-spike-at", str(lr_spike_at)]
-    logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
     # A separate process, as a real trainer would be: its CPU work never
     # competes with the server's event loop for the GIL.
     trainer = subprocess.Popen(command, stdout=subprocess.DEVNULL)
@@ -168,12 +162,7 @@ def demo(
     typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
     typer.echo(f"  demo run {job_id!r} writes to {settings.metrics_dir}; Ctrl-C stops both.\n")
     try:
-        uvicorn.run(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            **uvicorn_ws_options(settings),
-        )
+        _run_server(settings, "info")
     finally:
         # SIGINT, not SIGTERM: the trainer sees KeyboardInterrupt, so its status
         # file says "stopped" instead of staying "running" forever.

@@ -59,6 +59,26 @@ def _collect(out: dict[str, float | int], group: str, fields: Any) -> None:
             out[f"{group}.{name}"] = _NONFINITE_VALUES[value]
 
 
+_SERIES_GROUPS: Final = (*GROUP_FIELDS, *FREE_GROUPS)
+
+
+def _gather(columns: dict[tuple[str, str], list[float | int]], group: str, fields: Any) -> None:
+    """Append a group's numbers to their columns (the same filter as `_collect`)."""
+    for name, value in fields.items():
+        kind = type(value)
+        if kind is float or kind is int:
+            number: float | int = value
+        elif kind is str and value in _NONFINITE_VALUES:
+            number = _NONFINITE_VALUES[value]
+        else:
+            continue
+        column = columns.get((group, name))
+        if column is None:
+            columns[(group, name)] = [number]
+        else:
+            column.append(number)
+
+
 def add_value(stats: dict[str, Stats], key: str, value: float | int) -> None:
     """Fold one value into a bucket's stats."""
     entry = stats.get(key)
@@ -110,6 +130,38 @@ class Bucket:
     def of_record(cls, step: int, values: Mapping[str, float | int]) -> Bucket:
         bucket = cls(step, step)
         bucket.add(step, values)
+        return bucket
+
+    @classmethod
+    def of_records(cls, records: Iterable[tuple[int, Mapping[str, Any]]]) -> Bucket:
+        """A bucket of several `(step, record)`: the same stats as adding them one by one.
+
+        The ingestion hot path: values are gathered column by column under
+        (group, field) keys, and each series' min/max/sum then run in C, instead
+        of one `add_value` call and one key string per value.
+        """
+        columns: dict[tuple[str, str], list[float | int]] = {}
+        steps: list[int] = []
+        for step, record in records:
+            steps.append(step)
+            for group in _SERIES_GROUPS:
+                fields = record.get(group)
+                if fields:
+                    _gather(columns, group, fields)
+            other = record.get("other")
+            if isinstance(other, Mapping):
+                for group, fields in other.items():
+                    if isinstance(fields, Mapping):
+                        _gather(columns, str(group), fields)
+        bucket = cls(min(steps), max(steps), len(steps))
+        for (group, name), values in columns.items():
+            finite = [v for v in values if v - v == 0]
+            if finite:
+                entry = [min(finite), max(finite), sum(finite), len(finite)]
+            else:
+                entry = [None, None, None, 0]
+            entry.append(len(values) - len(finite))
+            bucket.stats[f"{group}.{name}"] = entry
         return bucket
 
     def add(self, step: int, values: Mapping[str, float | int]) -> None:

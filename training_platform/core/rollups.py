@@ -91,7 +91,7 @@ def refresh_rollups(session: Session, *, job_id: str, records: Iterable[Mapping[
     through = rolled_up_through(session, job_id)
     done = -1 if through is None else through
     width = WIDTHS[0]
-    level_buckets: dict[int, Bucket] = {}
+    fresh: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
     stored: list[int] = []  # touched buckets that may also hold earlier rows
     for step in sorted(latest):
         index = step // width
@@ -99,11 +99,8 @@ def refresh_rollups(session: Session, *, job_id: str, records: Iterable[Mapping[
             if not stored or stored[-1] != index:
                 stored.append(index)
             continue
-        values = series_values(latest[step])
-        if index in level_buckets:
-            level_buckets[index].add(step, values)
-        else:
-            level_buckets[index] = Bucket.of_record(step, values)
+        fresh.setdefault(index, []).append((step, latest[step]))
+    level_buckets = {index: Bucket.of_records(items) for index, items in fresh.items()}
     for index, bucket in _buckets_from_rows(session, job_id, stored, width):
         level_buckets[index] = bucket
     changed = {0: level_buckets}

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
 
 from training_platform.callbacks.platform_callback import default_output_dir
 from training_platform.demo.trainer import DemoConfig, run_demo
+
+
+def _stop_like_ctrl_c(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt("terminated")
 
 
 def demo_train(
@@ -89,6 +95,10 @@ def demo_train(
         step_delay=step_delay,
         profile=profile,
     )
+    # `kill` or a process-group SIGTERM (timeout, a job scheduler) would end
+    # the process before the run could say so: stop it like Ctrl-C instead, so
+    # the status file ends "stopped" rather than "running" forever.
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     typer.echo(f"demo-train: job {job_id!r} -> {directory}")
     result = run_demo(job_id, directory, config, stop_on_anomaly=stop_on_anomaly)
     typer.echo(f"{result.status} after {result.steps_run} steps: {result.metrics_path}")
