@@ -19,7 +19,7 @@ import contextlib
 import logging
 import math
 import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -278,3 +278,29 @@ class Connection:
             )
             return None
         return text
+
+
+async def serve_websocket(
+    websocket: WebSocket, handler: Callable[[Connection], Awaitable[None]], what: str
+) -> None:
+    """Admit (Origin, token), accept, and run `handler` on a guarded `Connection`.
+
+    Whatever the handler does not handle never leaves a client hanging: a
+    client that left ends quietly, anything else is logged and closed with 1011.
+    """
+    settings: Settings = websocket.app.state.settings
+    if not await admit(websocket, settings):
+        return
+    await websocket.accept()
+    async with Connection(
+        websocket,
+        send_timeout=settings.live_send_timeout,
+        max_incoming=settings.live_max_client_message_bytes,
+    ) as connection:
+        try:
+            await handler(connection)
+        except ClientGone:
+            pass  # the client left, or stopped reading: nothing more to say to it
+        except Exception:  # e.g. the database went away: say so
+            logger.exception("%s failed", what)
+            await connection.close(CLOSE_INTERNAL, "internal error; see the server log")

@@ -29,21 +29,19 @@ from anyio import to_thread
 from fastapi import APIRouter, WebSocket
 
 from training_platform.api.websocket import (
-    CLOSE_INTERNAL,
     CLOSE_NORMAL,
     CLOSE_TRY_AGAIN,
     ClientGone,
     Connection,
-    admit,
     check_job_id,
     query_params,
+    serve_websocket,
     step_param,
 )
 from training_platform.core.live import Dropped, HandOver, Subscription, metric_message
 from training_platform.core.live_hub import LiveHub
 from training_platform.core.sync_service import TERMINAL_STATUSES
 from training_platform.errors import JobNotFoundError, PlatformError
-from training_platform.settings import Settings
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["live"])
@@ -51,20 +49,10 @@ router = APIRouter(tags=["live"])
 
 @router.websocket("/monitoring/{job_id}/live")
 async def live_stream(websocket: WebSocket, job_id: str) -> None:
-    settings: Settings = websocket.app.state.settings
-    if not await admit(websocket, settings):
-        return
-    await websocket.accept()
-    async with Connection(
-        websocket,
-        send_timeout=settings.live_send_timeout,
-        max_incoming=settings.live_max_client_message_bytes,
-    ) as connection:
-        try:
-            await _stream(connection, websocket.app.state.live_hub, job_id)
-        except Exception:  # e.g. the database went away: say so, never leave it hanging
-            logger.exception("live stream of %s failed", job_id)
-            await connection.close(CLOSE_INTERNAL, "internal error; see the server log")
+    hub: LiveHub = websocket.app.state.live_hub
+    await serve_websocket(
+        websocket, lambda connection: _stream(connection, hub, job_id), f"live stream of {job_id}"
+    )
 
 
 async def _stream(connection: Connection, hub: LiveHub, job_id: str) -> None:

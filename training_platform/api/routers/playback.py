@@ -28,14 +28,13 @@ from fastapi import APIRouter, WebSocket
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.api.websocket import (
-    CLOSE_INTERNAL,
     CLOSE_NORMAL,
     ClientGone,
     Connection,
-    admit,
     check_job_id,
     number_between,
     query_params,
+    serve_websocket,
     step_param,
 )
 from training_platform.core.live_hub import LiveHub
@@ -63,21 +62,11 @@ _GONE = Control("gone")  # the client left: stop
 @router.websocket("/monitoring/{job_id}/playback")
 async def playback(websocket: WebSocket, job_id: str) -> None:
     settings: Settings = websocket.app.state.settings
-    if not await admit(websocket, settings):
-        return
-    await websocket.accept()
-    async with Connection(
+    await serve_websocket(
         websocket,
-        send_timeout=settings.live_send_timeout,
-        max_incoming=settings.live_max_client_message_bytes,
-    ) as connection:
-        try:
-            await _start(connection, websocket, settings, job_id)
-        except ClientGone:
-            pass  # the client left, or stopped reading: nothing more to say to it
-        except Exception:  # e.g. the database went away: say so, never leave it hanging
-            logger.exception("playback of %s failed", job_id)
-            await connection.close(CLOSE_INTERNAL, "internal error; see the server log")
+        lambda connection: _start(connection, websocket, settings, job_id),
+        f"playback of {job_id}",
+    )
 
 
 async def _start(
