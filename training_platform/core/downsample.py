@@ -18,8 +18,11 @@ lets `core/rollups.py` precompute them once at ingestion and answer a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+import sys
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import truediv
 from typing import Any, Final
 
 from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS
@@ -171,11 +174,57 @@ class Bucket:
         for key, value in values.items():
             add_value(self.stats, key, value)
 
-    def merge(self, other: Bucket) -> None:
+    def merge(self, other: Bucket | PackedBucket) -> None:
         self.first_step = min(self.first_step, other.first_step)
         self.last_step = max(self.last_step, other.last_step)
         self.rows += other.rows
         merge_stats(self.stats, other.stats)
+
+
+def unpack_floats(payload: bytes) -> array[float]:
+    """Little-endian float64s (the packed part of a stored bucket) as an array."""
+    values = array("d")
+    values.frombytes(payload)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values
+
+
+def unpack_stats(keys: Sequence[str], payload: bytes) -> dict[str, Stats]:
+    """Five float64 per series (NaN: no finite value) as `Stats` (see rollups.encode_stats)."""
+    flat = unpack_floats(payload).tolist()
+    stats: dict[str, Stats] = {}
+    for i, key in enumerate(keys):
+        low, high, total, finite, nonfinite = flat[5 * i : 5 * i + 5]
+        if finite:
+            stats[key] = [low, high, total, int(finite), int(nonfinite)]
+        else:
+            stats[key] = [None, None, None, 0, int(nonfinite)]
+    return stats
+
+
+@dataclass
+class PackedBucket:
+    """A stored bucket as read, its stats still packed: `keys` and five float64 per key.
+
+    Reads pass it through untouched to `buckets_to_json`, which slices each
+    series out of many such buckets at once; `stats` unpacks it (only when it
+    has to be merged with another piece). Buckets read together with the same
+    series share one `keys` list, which is how runs of them are recognised.
+    """
+
+    first_step: int
+    last_step: int
+    rows: int
+    keys: list[str]
+    payload: bytes
+
+    @property
+    def stats(self) -> dict[str, Stats]:
+        return unpack_stats(self.keys, self.payload)
+
+
+Piece = Bucket | PackedBucket
 
 
 def bucket_width(start_step: int, end_step: int, max_points: int) -> int:
@@ -184,7 +233,7 @@ def bucket_width(start_step: int, end_step: int, max_points: int) -> int:
     return max(1, -(-span // max_points))
 
 
-def coalesce(pieces: Iterable[Bucket], start_step: int, width: int) -> list[Bucket]:
+def coalesce(pieces: Iterable[Piece], start_step: int, width: int) -> list[Piece]:
     """Merge step-ordered pieces into buckets `[start_step + k*width, ...)`.
 
     A piece goes to the bucket its first step falls in, so the result has at
@@ -192,23 +241,23 @@ def coalesce(pieces: Iterable[Bucket], start_step: int, width: int) -> list[Buck
     nodes of any size), and empty buckets are simply absent. A piece alone in
     its bucket is passed through as it is (the pieces are not reused).
     """
-    out: list[Bucket] = []
+    out: list[Piece] = []
     current_index: int | None = None
-    shared = False  # whether out[-1] is still a piece passed through
+    merged: Bucket | None = None  # out[-1] once it is a copy; None while it is a piece
     for piece in pieces:
         index = (piece.first_step - start_step) // width
         if index != current_index:
             out.append(piece)
             current_index = index
-            shared = True
+            merged = None
             continue
-        if shared:
+        if merged is None:
             # A second piece for this bucket: merge into a copy, not into the piece.
             first = out[-1]
-            out[-1] = Bucket(first.first_step, first.last_step)
-            out[-1].merge(first)
-            shared = False
-        out[-1].merge(piece)
+            merged = Bucket(first.first_step, first.last_step)
+            merged.merge(first)
+            out[-1] = merged
+        merged.merge(piece)
     return out
 
 
@@ -252,7 +301,7 @@ def wanted(key: str, fields: frozenset[str] | None) -> bool:
     return fields is None or key in fields or key.split(".", 1)[0] in fields
 
 
-def buckets_to_json(buckets: list[Bucket], fields: frozenset[str] | None) -> dict[str, Any]:
+def buckets_to_json(buckets: Sequence[Piece], fields: frozenset[str] | None) -> dict[str, Any]:
     """Columnar arrays, one entry per bucket, for every series present.
 
     ``steps``/``last_steps`` bound each bucket; per series ``min``, ``max``,
@@ -260,23 +309,112 @@ def buckets_to_json(buckets: list[Bucket], fields: frozenset[str] | None) -> dic
     ``nonfinite`` (how many NaN/inf values the bucket had). A mean can only
     be infinite when a sum of huge values overflowed; serialise with orjson,
     which writes it as null.
+
+    Runs of stored buckets with the same series (`PackedBucket`s sharing one
+    `keys` list: nearly all of a long run's answer) are not unpacked bucket by
+    bucket: their payloads are joined into one float64 array and each column
+    is a strided slice of it.
     """
-    keys = sorted({key for b in buckets for key in b.stats if wanted(key, fields)})
-    series: dict[str, dict[str, list[Any]]] = {}
-    for key in keys:
-        # min/max/sum stay None in an entry without finite values (see add_value).
-        entries = [b.stats.get(key) for b in buckets]
-        series[key] = {
-            "min": [e and e[MIN] for e in entries],
-            "max": [e and e[MAX] for e in entries],
-            "mean": [e[SUM] / e[FINITE] if e and e[FINITE] else None for e in entries],
-            "nonfinite": [e[NONFINITE] if e else 0 for e in entries],
-        }
+    runs = list(_runs_of(buckets))
+    present: set[str] = set()
+    for keys, _ in runs:
+        present.update(keys)
+    keys = sorted(key for key in present if wanted(key, fields))
+    series: dict[str, dict[str, list[Any]]] = {
+        key: {"min": [], "max": [], "mean": [], "nonfinite": []} for key in keys
+    }
+    for run_keys, run in runs:
+        if isinstance(run[0], PackedBucket):
+            _packed_columns(run_keys, run, keys, series)  # type: ignore[arg-type]
+        else:
+            _entry_columns(run, keys, series)
     return {
         "steps": [b.first_step for b in buckets],
         "last_steps": [b.last_step for b in buckets],
         "series": series,
     }
+
+
+def _runs_of(buckets: Sequence[Piece]) -> Iterator[tuple[Sequence[str], list[Piece]]]:
+    """Maximal runs of packed buckets sharing `keys`, and of other buckets, with their keys."""
+    run: list[Piece] = []
+    run_keys: list[str] | None = None  # the shared keys of a packed run; None: other buckets
+    for bucket in buckets:
+        keys = bucket.keys if isinstance(bucket, PackedBucket) else None
+        if run and keys is not run_keys:
+            yield _run_keys(run_keys, run), run
+            run = []
+        run_keys = keys
+        run.append(bucket)
+    if run:
+        yield _run_keys(run_keys, run), run
+
+
+def _run_keys(keys: list[str] | None, run: list[Piece]) -> Sequence[str]:
+    if keys is not None:
+        return keys
+    present: set[str] = set()
+    for bucket in run:
+        present.update(bucket.stats)
+    return list(present)
+
+
+def _entry_columns(
+    run: list[Piece], keys: list[str], series: dict[str, dict[str, list[Any]]]
+) -> None:
+    """Append the run's buckets to the columns, one stats entry at a time."""
+    stats = [b.stats for b in run]
+    for key in keys:
+        # min/max/sum stay None in an entry without finite values (see add_value).
+        entries = [s.get(key) for s in stats]
+        columns = series[key]
+        columns["min"] += [e and e[MIN] for e in entries]
+        columns["max"] += [e and e[MAX] for e in entries]
+        columns["mean"] += [e[SUM] / e[FINITE] if e and e[FINITE] else None for e in entries]
+        columns["nonfinite"] += [e[NONFINITE] if e else 0 for e in entries]
+
+
+def _packed_columns(
+    run_keys: list[str],
+    run: list[PackedBucket],
+    keys: list[str],
+    series: dict[str, dict[str, list[Any]]],
+) -> None:
+    """Append a run of packed buckets with the same series: strided slices of their floats.
+
+    The same values as unpacking each bucket (`unpack_stats`) and going
+    through `_entry_columns`: NaN min/max/sum (no finite value) become None,
+    as does the mean; counts become ints.
+    """
+    flat = unpack_floats(b"".join([b.payload for b in run]))
+    count = len(run)
+    stride = 5 * len(run_keys)
+    position = {key: i for i, key in enumerate(run_keys)}
+    for key in keys:
+        columns = series[key]
+        i = position.get(key)
+        if i is None:
+            nothing = [None] * count
+            columns["min"] += nothing
+            columns["max"] += nothing
+            columns["mean"] += nothing
+            columns["nonfinite"] += [0] * count
+            continue
+        base = 5 * i
+        low = flat[base + MIN :: stride].tolist()
+        high = flat[base + MAX :: stride].tolist()
+        total = flat[base + SUM :: stride].tolist()
+        finite = flat[base + FINITE :: stride]
+        columns["nonfinite"] += map(int, flat[base + NONFINITE :: stride])
+        if 0.0 in finite:
+            counts = finite.tolist()
+            columns["min"] += [v if n else None for v, n in zip(low, counts, strict=True)]
+            columns["max"] += [v if n else None for v, n in zip(high, counts, strict=True)]
+            columns["mean"] += [s / n if n else None for s, n in zip(total, counts, strict=True)]
+        else:
+            columns["min"] += low
+            columns["max"] += high
+            columns["mean"] += map(truediv, total, finite)
 
 
 def records_to_json(records: list[dict[str, Any]], fields: frozenset[str] | None) -> dict[str, Any]:

@@ -237,6 +237,7 @@ def sync_metrics_from_file(
     *,
     max_batches: int | None = None,
     on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
+    position: ReadPosition | None = None,
 ) -> SyncResult:
     """Ingest every complete new line of the job's metrics file.
 
@@ -246,12 +247,18 @@ def sync_metrics_from_file(
     newest, in file order) right after their transaction commits: only stored
     records are ever announced. Raises `MetricsSourceError` when the file
     cannot be read.
+
+    `position`, if given, is the job's committed position as just read from
+    `sync_state` by the caller (saves a round trip); the CAS still checks it.
+    After a commit the next batch starts from the position just committed;
+    only a lost CAS reads the position again.
     """
     result = SyncResult(job_id=job_id)
     batches = 0
     retries = 0
     while True:
-        position = _load_position(factory, job_id)
+        if position is None:
+            position = _load_position(factory, job_id)
         batch = reader.read_metrics_incremental(position)
         now = time.time()
         session = factory()
@@ -286,6 +293,7 @@ def sync_metrics_from_file(
                 # Another sync moved the offset since we read it: drop our batch
                 # and read again from where the winner left off.
                 session.rollback()
+                position = None
                 retries += 1
                 if retries > _MAX_CAS_RETRIES:
                     logger.warning("sync of %s kept losing the race; stopping this round", job_id)
@@ -307,6 +315,7 @@ def sync_metrics_from_file(
         if on_commit is not None and batch.records:
             latest = {record["step"]: record for record in batch.records}
             on_commit(sorted(latest.values(), key=_file_order(batch.records)))
+        position = batch.position  # what this transaction committed
         result.new_metrics += written
         result.lines_malformed += batch.malformed
         result.lines_oversized += batch.oversized

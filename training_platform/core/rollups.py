@@ -34,7 +34,13 @@ from sqlalchemy import BigInteger, ForeignKey, Integer, LargeBinary, delete, fun
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from training_platform.core.database import Base, dialect_insert
-from training_platform.core.downsample import Bucket, Stats, series_values
+from training_platform.core.downsample import (
+    Bucket,
+    PackedBucket,
+    Stats,
+    series_values,
+    unpack_stats,
+)
 from training_platform.core.metric_rows import row_to_record
 from training_platform.core.models import JOB_ID, TrainingMetric
 
@@ -213,20 +219,7 @@ def encode_stats(stats: Mapping[str, Stats]) -> bytes:
 def decode_stats(blob: bytes) -> dict[str, Stats]:
     blob = bytes(blob)  # memoryview from some drivers
     split = blob.index(b"\0")
-    keys = orjson.loads(blob[:split])
-    values = array("d")
-    values.frombytes(blob[split + 1 :])
-    if sys.byteorder != "little":
-        values.byteswap()
-    flat = values.tolist()
-    stats: dict[str, Stats] = {}
-    for i, key in enumerate(keys):
-        low, high, total, finite, nonfinite = flat[5 * i : 5 * i + 5]
-        if finite:
-            stats[key] = [low, high, total, int(finite), int(nonfinite)]
-        else:
-            stats[key] = [None, None, None, 0, int(nonfinite)]
-    return stats
+    return unpack_stats(orjson.loads(blob[:split]), blob[split + 1 :])
 
 
 def _upsert(session: Session, job_id: str, changed: dict[int, dict[int, Bucket]]) -> None:
@@ -328,8 +321,13 @@ def _rows(session: Session, job_id: str, lo: int, hi: int | None) -> Iterator[di
 
 def read_buckets(
     session: Session, job_id: str, level: int, first: int, last: int
-) -> Iterator[Bucket]:
-    """Stored level-`level` buckets `first`..`last` in step order (for queries)."""
+) -> Iterator[PackedBucket]:
+    """Stored level-`level` buckets `first`..`last` in step order (for queries), still packed.
+
+    Buckets with the same series header share one `keys` list (decoded once),
+    so `buckets_to_json` can slice runs of them as one array.
+    """
+    headers: dict[bytes, list[str]] = {}
     after = first - 1
     while True:
         rows = session.execute(
@@ -350,7 +348,13 @@ def read_buckets(
             .limit(_PAGE)
         ).all()
         for _index, first_step, last_step, count, stats in rows:
-            yield _bucket(first_step, last_step, count, stats)
+            blob = bytes(stats)  # memoryview from some drivers
+            split = blob.index(b"\0")
+            header = blob[:split]
+            keys = headers.get(header)
+            if keys is None:
+                keys = headers[header] = orjson.loads(header)
+            yield PackedBucket(first_step, last_step, count, keys, blob[split + 1 :])
         if len(rows) < _PAGE:
             return
         after = rows[-1][0]

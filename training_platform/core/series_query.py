@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from training_platform.core.downsample import (
     Bucket,
+    Piece,
     bucket_width,
     buckets_to_json,
     coalesce,
@@ -132,12 +133,12 @@ def _count_up_to(session: Session, job_id: str, lo: int, hi: int, cap: int) -> i
     return session.scalar(select(func.count()).select_from(inner)) or 0
 
 
-def _row_pieces(session: Session, job_id: str, lo: int, hi: int) -> Iterator[Bucket]:
+def _row_pieces(session: Session, job_id: str, lo: int, hi: int) -> Iterator[Piece]:
     for record in raw_rows(session, job_id, lo, hi):
         yield Bucket.of_record(record["step"], series_values(record))
 
 
-def _rollup_pieces(session: Session, job_id: str, lo: int, hi: int, width: int) -> Iterator[Bucket]:
+def _rollup_pieces(session: Session, job_id: str, lo: int, hi: int, width: int) -> Iterator[Piece]:
     """The range as stored buckets: the finest level at least a point wide, finer at the ends."""
     top = next((level for level, w in enumerate(WIDTHS) if w >= width), len(WIDTHS) - 1)
     for span in cover(lo, hi, WIDTHS, top):

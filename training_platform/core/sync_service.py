@@ -21,15 +21,18 @@ from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
 
-from training_platform.core.jobs import discover_jobs, get_job, make_reader
+from training_platform.callbacks.wire import validate_job_id
+from training_platform.core.jobs import discover_jobs, make_reader
+from training_platform.core.line_scanner import ReadPosition
 from training_platform.core.metrics_persister import (
     SyncResult,
     sync_anomaly_from_status_file,
     sync_metrics_from_file,
 )
 from training_platform.core.metrics_reader import MetricsReader
-from training_platform.core.models import Job
+from training_platform.core.models import Job, SyncState
 from training_platform.errors import JobNotFoundError, MetricsSourceError
 from training_platform.settings import Settings
 
@@ -122,19 +125,18 @@ class SyncService:
         cannot be read (the reason is also stored on the job).
         """
         with self._lock(job_id):
-            with self._factory() as session:
-                try:
-                    job = get_job(session, job_id)
-                except JobNotFoundError:
-                    # Its file may have appeared since the last discovery round;
-                    # looked up again (not "was it added by this call?") because
-                    # a concurrent discovery may have added it first.
-                    self.discover()
-                    job = get_job(session, job_id)
+            try:
+                job, position = self._load(job_id)
+            except JobNotFoundError:
+                # Its file may have appeared since the last discovery round;
+                # looked up again (not "was it added by this call?") because
+                # a concurrent discovery may have added it first.
+                self.discover()
+                job, position = self._load(job_id)
             reader = self._reader(job)
             try:
-                result = self._sync_metrics(job_id, reader)
-                job, status_changed = self._sync_status(job_id, reader)
+                result = self._sync_metrics(job_id, reader, position)
+                job, status_changed = self._sync_status(job, reader)
                 if status_changed and job.status in TERMINAL_STATUSES:
                     # A trainer writes its last lines before its final status; a
                     # line appended between our two reads would otherwise be
@@ -147,20 +149,50 @@ class SyncService:
                 self._tell(self.listener.status_changed, job)
             return JobSyncOutcome(result, status_changed)
 
-    def _sync_metrics(self, job_id: str, reader: MetricsReader) -> SyncResult:
+    def _load(self, job_id: str) -> tuple[Job, ReadPosition | None]:
+        """The job and its committed read position, in one statement.
+
+        Read in autocommit (no BEGIN/ROLLBACK round trips): the position is only
+        a starting point, the persister's compare-and-swap checks it. None when
+        the job has no sync_state row yet (the persister creates it).
+        """
+        with self._factory() as session:
+            session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+            row = session.execute(
+                select(Job, SyncState.offset, SyncState.fingerprint, SyncState.discarding)
+                .outerjoin(SyncState, SyncState.job_id == Job.job_id)
+                .where(Job.job_id == validate_job_id(job_id))
+            ).first()
+        if row is None:
+            raise JobNotFoundError(f"job {job_id!r} not found")
+        job, offset, fingerprint, discarding = row
+        if offset is None:
+            return job, None
+        return job, ReadPosition(offset, fingerprint, discarding)
+
+    def _sync_metrics(
+        self, job_id: str, reader: MetricsReader, position: ReadPosition | None = None
+    ) -> SyncResult:
         listener = self.listener
         if listener is None:
-            return sync_metrics_from_file(self._factory, job_id, reader)
+            return sync_metrics_from_file(self._factory, job_id, reader, position=position)
         return sync_metrics_from_file(
             self._factory,
             job_id,
             reader,
             on_commit=lambda records: self._tell(listener.records_committed, job_id, records),
+            position=position,
         )
 
-    def _sync_status(self, job_id: str, reader: MetricsReader) -> tuple[Job, bool]:
-        with self._factory.begin() as session:
-            job = get_job(session, job_id)
+    def _sync_status(self, job: Job, reader: MetricsReader) -> tuple[Job, bool]:
+        """Copy the status file onto `job` (as read by `_load`, detached).
+
+        Costs no database round trip when nothing changed: the job is attached
+        without a SELECT and only a change is flushed (UPDATE of the changed
+        columns, as before).
+        """
+        with self._factory() as session:
+            job = session.merge(job, load=False)
             before = _status_fields(job)
             sync_anomaly_from_status_file(session, job, reader)
             if self.listener is not None:
@@ -168,7 +200,12 @@ class SyncService:
             # Compared as a whole, not as "did the file change anything": the
             # listener may put back what the file undid (a stalled run whose
             # file still says running).
-            return job, _status_fields(job) != before
+            changed = _status_fields(job) != before
+            try:
+                session.commit()
+            except StaleDataError as exc:  # the job was deleted meanwhile
+                raise JobNotFoundError(f"job {job.job_id!r} not found") from exc
+            return job, changed
 
     @staticmethod
     def _tell(hook: Any, *args: Any) -> None:
