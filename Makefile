@@ -26,4 +26,4 @@ format:
 	.venv/bin/ruff format .
 
 bench: install
-	.venv/bin/python benchmarks/run_all.py
+	for script in benchmarks/bench_*.py; do .venv/bin/python "$$script" || exit 1; done

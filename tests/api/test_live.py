@@ -10,7 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.api.live_support import (
     append_steps,
@@ -28,13 +27,6 @@ from tests.api.live_support import (
 from training_platform.settings import Settings
 
 LIVE = "/api/monitoring/run1/live"
-
-
-@pytest.fixture
-def run1(metrics_dir: Path) -> Path:
-    path = metrics_dir / "run1_metrics.jsonl"
-    path.write_bytes(b"")  # the job exists (discovered) before any line is written
-    return path
 
 
 def write_status(metrics_dir: Path, status: str, step: int = 0) -> None:

@@ -27,13 +27,6 @@ from training_platform.settings import Settings
 LIVE = "/api/monitoring/run1/live"
 
 
-@pytest.fixture
-def run1(metrics_dir: Path) -> Path:
-    path = metrics_dir / "run1_metrics.jsonl"
-    path.write_bytes(b"")
-    return path
-
-
 def refusal(error: pytest.ExceptionInfo[InvalidStatus]) -> tuple[int, dict[str, str]]:
     response = error.value.response
     return response.status_code, json.loads(response.body or b"{}")

@@ -41,22 +41,13 @@ from training_platform.core.diagnostics import PlatformDiagnostics
 from training_platform.core.metric_rows import record_nonfinite_as_strings
 from training_platform.core.models import Job, TrainingMetric
 from training_platform.core.stall import StallWatch
-from training_platform.core.sync_service import TERMINAL_STATUSES
+from training_platform.core.sync_service import STATUS_FIELDS, TERMINAL_STATUSES
 from training_platform.core.webhooks import WebhookNotifier
 
 logger = logging.getLogger(__name__)
 
 STALLED: Final = "stalled"
-_STATUS_KEYS: Final = (
-    "job_id",
-    "status",
-    "current_step",
-    "total_steps",
-    "anomaly_detected",
-    "anomaly_reason",
-    "started_at",
-    "updated_at",
-)
+_STATUS_KEYS: Final = ("job_id", *STATUS_FIELDS)
 # A status message goes out when one of these changes; `current_step` and
 # `updated_at` move every step and the metric messages already show progress.
 _ANNOUNCED_KEYS: Final = ("status", "total_steps", "anomaly_detected", "anomaly_reason")
