@@ -10,6 +10,9 @@ Prints records/s for:
     of pre-built rows;
   * incremental sync of 100 new lines into a 1k-line vs a 1M-line file.
 The machine is shared and noisy: read the ratios, not the absolute numbers.
+Each side runs `--rounds` times, interleaved with the others so that all see
+the same machine, and the best run of each is compared (as `timeit` does: the
+slower runs measure the neighbours); the per-round ratios are printed too.
 """
 
 from __future__ import annotations
@@ -123,23 +126,26 @@ def seed_job(session: Session) -> None:
     )
 
 
-def bench_sqlite(work: Path, path: Path, records: int) -> None:
-    ours = our_sync(migrated(f"sqlite:///{work / 'ours.db'}"), path.parent)
-
+def bench_sqlite(work: Path, path: Path, records: int, rounds: int) -> None:
     rows = built_rows(path)
-    raw_factory = migrated(f"sqlite:///{work / 'raw.db'}")
-    with raw_factory.begin() as session:
-        seed_job(session)
-    raw = sqlite3.connect(work / "raw.db")
-    raw.execute("PRAGMA journal_mode=WAL")
-    raw.execute("PRAGMA synchronous=NORMAL")
+    ours: list[float] = []
+    floors: list[float] = []
+    for round_ in range(rounds):  # interleaved: both sides see the same machine
+        ours.append(our_sync(migrated(f"sqlite:///{work / f'ours{round_}.db'}"), path.parent))
+        raw_factory = migrated(f"sqlite:///{work / f'raw{round_}.db'}")
+        with raw_factory.begin() as session:
+            seed_job(session)
+        raw = sqlite3.connect(work / f"raw{round_}.db")
+        raw.execute("PRAGMA journal_mode=WAL")
+        raw.execute("PRAGMA synchronous=NORMAL")
 
-    def raw_insert() -> None:
-        with raw:
-            raw.executemany(insert_sql("?"), rows)
+        def raw_insert(raw: sqlite3.Connection = raw) -> None:
+            with raw:
+                raw.executemany(insert_sql("?"), rows)
 
-    floor = timed(raw_insert)
-    raw.close()
+        floors.append(timed(raw_insert))
+        raw.close()
+    floor = min(floors)
 
     orm_count = min(records, 20_000)
     orm_factory = migrated(f"sqlite:///{work / 'orm.db'}")
@@ -156,13 +162,19 @@ def bench_sqlite(work: Path, path: Path, records: int) -> None:
 
     orm = timed(orm_insert) * records / orm_count
 
-    print(f"\nSQLite, {records:,} records")
-    report("ours: JSONL -> SQLite end to end", records, ours, floor)
+    print(f"\nSQLite, {records:,} records, best of {rounds} interleaved rounds")
+    report("ours: JSONL -> SQLite end to end", records, min(ours), floor)
     report("raw sqlite3 executemany (pre-built rows)", records, floor, floor)
     report(f"SQLAlchemy ORM, 1 object/row ({orm_count:,})", records, orm, floor)
+    print_rounds(ours, floors)
 
 
-def bench_postgres(path: Path, records: int) -> None:
+def print_rounds(ours: list[float], floors: list[float]) -> None:
+    ratios = ", ".join(f"{a / b:.2f}" for a, b in zip(ours, floors, strict=True))
+    print(f"  per-round ours/floor: {ratios}")
+
+
+def bench_postgres(path: Path, records: int, rounds: int) -> None:
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
@@ -170,39 +182,47 @@ def bench_postgres(path: Path, records: int) -> None:
     except Exception as exc:
         print(f"\nPostgreSQL skipped: not reachable at {POSTGRES_URL} ({exc.__class__.__name__})")
         return
-    names = [f"tp_bench_{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    names = [f"tp_bench_{uuid.uuid4().hex[:8]}" for _ in range(3 * rounds)]
     with admin.connect() as connection:
         for name in names:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
     urls = [make_url(POSTGRES_URL).set(database=n).render_as_string(False) for n in names]
     try:
-        ours = our_sync(migrated(urls[0]), path.parent)
         rows = built_rows(path)
-        times = {}
-        for label, url in (("executemany", urls[1]), ("copy", urls[2])):
-            factory = migrated(url)
-            with factory.begin() as session:
-                seed_job(session)
-            engine = factory.kw["bind"]
-            with engine.connect() as connection:
-                cursor = connection.connection.driver_connection.cursor()
-                if label == "executemany":
-                    times[label] = timed(lambda c=cursor: c.executemany(insert_sql("%s"), rows))
-                else:
-                    columns = ", ".join(f'"{key}"' for key in ROW_KEYS)
+        times: dict[str, list[float]] = {"ours": [], "executemany": [], "copy": []}
+        for round_ in range(rounds):  # interleaved: all three see the same machine
+            for label, url in zip(times, urls[3 * round_ : 3 * round_ + 3], strict=True):
+                if label == "ours":
+                    ours_factory = migrated(url)
+                    times[label].append(our_sync(ours_factory, path.parent))
+                    ours_factory.kw["bind"].dispose()
+                    continue
+                factory = migrated(url)
+                with factory.begin() as session:
+                    seed_job(session)
+                engine = factory.kw["bind"]
+                with engine.connect() as connection:
+                    cursor = connection.connection.driver_connection.cursor()
+                    if label == "executemany":
+                        elapsed = timed(lambda c=cursor: c.executemany(insert_sql("%s"), rows))
+                    else:
+                        columns = ", ".join(f'"{key}"' for key in ROW_KEYS)
 
-                    def copy(c=cursor, columns=columns) -> None:
-                        with c.copy(f"COPY training_metrics ({columns}) FROM STDIN") as stream:
-                            for row in rows:
-                                stream.write_row(row)
+                        def copy(c=cursor, columns=columns) -> None:
+                            with c.copy(f"COPY training_metrics ({columns}) FROM STDIN") as stream:
+                                for row in rows:
+                                    stream.write_row(row)
 
-                    times[label] = timed(copy)
-                connection.connection.driver_connection.commit()
-            engine.dispose()
-        print(f"\nPostgreSQL, {records:,} records")
-        report("ours: JSONL -> PostgreSQL end to end", records, ours, times["copy"])
-        report("psycopg executemany (pre-built rows)", records, times["executemany"], times["copy"])
-        report("psycopg COPY (pre-built rows)", records, times["copy"], times["copy"])
+                        elapsed = timed(copy)
+                    connection.connection.driver_connection.commit()
+                    times[label].append(elapsed)
+                engine.dispose()
+        best = {label: min(values) for label, values in times.items()}
+        print(f"\nPostgreSQL, {records:,} records, best of {rounds} interleaved rounds")
+        report("ours: JSONL -> PostgreSQL end to end", records, best["ours"], best["copy"])
+        report("psycopg executemany (pre-built rows)", records, best["executemany"], best["copy"])
+        report("psycopg COPY (pre-built rows)", records, best["copy"], best["copy"])
+        print_rounds(times["ours"], times["copy"])
     finally:
         with admin.connect() as connection:
             for name in names:
@@ -210,27 +230,31 @@ def bench_postgres(path: Path, records: int) -> None:
         admin.dispose()
 
 
-def bench_incremental(work: Path, big_lines: int) -> None:
-    print("\nIncremental sync of 100 new lines (SQLite), median of 7")
-    results = {}
-    for label, size in (("1k-line file", 1_000), (f"{big_lines:,}-line file", big_lines)):
+def bench_incremental(work: Path, big_lines: int, rounds: int = 15) -> None:
+    print(f"\nIncremental sync of 100 new lines (SQLite), median of {rounds}, interleaved")
+    setups = []
+    for size in (1_000, big_lines):
         directory = work / f"inc_{size}"
         directory.mkdir()
         path = directory / f"{JOB}_metrics.jsonl"
         write_jsonl(path, 0, size)
         factory = migrated(f"sqlite:///{work / f'inc_{size}.db'}")
         our_sync(factory, directory)  # catch up once
-        reader = LocalMetricsReader(JOB, directory)
-        samples, next_step = [], size
-        for _ in range(7):
-            write_jsonl(path, next_step, 100)
-            next_step += 100
-            samples.append(timed(lambda r=reader, f=factory: sync_metrics_from_file(f, JOB, r)))
+        setups.append((size, path, factory, LocalMetricsReader(JOB, directory)))
+    # Alternate the two files round by round, so both see the same machine
+    # (this one is shared: its speed drifts by tens of percent within a minute).
+    samples: dict[int, list[float]] = {size: [] for size, *_ in setups}
+    for round_ in range(rounds):
+        for size, path, factory, reader in setups:
+            write_jsonl(path, size + 100 * round_, 100)
+            samples[size].append(
+                timed(lambda r=reader, f=factory: sync_metrics_from_file(f, JOB, r))
+            )
+    for *_, reader in setups:
         reader.close()
-        results[label] = statistics.median(samples)
-    small, big = results.values()
-    for label, seconds in results.items():
-        print(f"  {label:<40} {seconds * 1000:8.2f} ms")
+    small, big = (statistics.median(samples[size]) for size, *_ in setups)
+    print(f"  {'1k-line file':<40} {small * 1000:8.2f} ms")
+    print(f"  {f'{big_lines:,}-line file':<40} {big * 1000:8.2f} ms")
     print(f"  ratio big/small: {big / small:.2f}x (target <= 1.5x)")
 
 
@@ -242,6 +266,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--big-lines", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best is kept")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
         work = Path(tmp)
@@ -249,8 +274,8 @@ def main() -> None:
         path = work / "data" / f"{JOB}_metrics.jsonl"
         write_jsonl(path, 0, args.records)
         print(f"{args.records:,} realistic lines, {path.stat().st_size / 1e6:.0f} MB")
-        bench_sqlite(work, path, args.records)
-        bench_postgres(path, args.records)
+        bench_sqlite(work, path, args.records, args.rounds)
+        bench_postgres(path, args.records, args.rounds)
         bench_incremental(work, args.big_lines)
 
 

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire import build_record
+from training_platform.callbacks.wire import build_record, normalize_record
 from training_platform.core.downsample import (
     Bucket,
     bucket_width,
@@ -27,11 +27,13 @@ from training_platform.core.downsample import (
     cover,
     series_values,
 )
+from training_platform.core.metric_rows import record_to_params
 from training_platform.core.metrics_persister import upsert_metrics
 from training_platform.core.models import Job
 from training_platform.core.rollups import (
     WIDTHS,
     MetricRollup,
+    _bucket_of_rows,
     decode_stats,
     encode_stats,
     rebuild_rollups,
@@ -117,6 +119,76 @@ def test_nan_steps_are_counted_not_dropped() -> None:
     nonfinite = buckets_to_json(buckets, None)["series"]["loss.actor_loss"]["nonfinite"]
 
     assert nonfinite[0] == 2 and nonfinite[5] == 1 and sum(nonfinite) == 3
+
+
+def _irregular_record(step: int, rng: random.Random) -> dict[str, Any]:
+    """Records as odd as ingestion may see: fields come and go, reorder, and are not numbers."""
+    record: dict[str, Any] = {"step": step}
+    choice = rng.random()
+    loss: dict[str, Any] = {"actor_loss": rng.gauss(0, 1), "critic_loss": rng.random()}
+    if choice < 0.1:
+        loss = dict(reversed(list(loss.items())))  # same fields, another order
+    elif choice < 0.2:
+        loss["total_loss"] = rng.choice([math.nan, math.inf, -math.inf, 1e308, 1e308])
+    elif choice < 0.25:
+        del loss["actor_loss"]
+    if rng.random() < 0.9:
+        record["loss"] = loss
+    extra: dict[str, Any] = {"entropy": rng.random(), "count": rng.randrange(10)}
+    if rng.random() < 0.2:
+        extra["entropy"] = rng.choice([True, "NaN", "-Infinity", "text", None, [1.0]])
+    record["extra"] = extra
+    if rng.random() < 0.3:
+        # `other` may even repeat a regular series (a hand-written line can).
+        record["other"] = {"custom": {"a": rng.random(), "flag": True}, "loss": {"actor_loss": 1.0}}
+    return record
+
+
+def _assert_same_bucket(built: Bucket, expected: Bucket) -> None:
+    assert (built.first_step, built.last_step, built.rows) == (
+        expected.first_step,
+        expected.last_step,
+        expected.rows,
+    )
+    assert built.stats.keys() == expected.stats.keys()
+    for key, entry in expected.stats.items():
+        assert repr(built.stats[key]) == repr(entry), key  # repr: NaN and -0.0 compare exactly
+
+
+def _random_pairs(seed: int) -> list[tuple[int, dict[str, Any]]]:
+    rng = random.Random(seed)
+    size = rng.choice([1, 2, 5, 32])
+    uniform = seed % 2 == 0
+    return [
+        (
+            step,
+            _record(step, rng, nan=rng.random() < 0.1) if uniform else _irregular_record(step, rng),
+        )
+        for step in range(seed * 32, seed * 32 + size)
+    ]
+
+
+def _one_by_one(pairs: list[tuple[int, dict[str, Any]]]) -> Bucket:
+    bucket = Bucket(pairs[0][0], pairs[0][0])
+    for step, record in pairs:
+        bucket.add(step, series_values(record))
+    return bucket
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bucket_of_records_equals_adding_them_one_by_one(seed: int) -> None:
+    pairs = _random_pairs(seed)
+    _assert_same_bucket(Bucket.of_records(pairs), _one_by_one(pairs))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_bucket_built_from_the_written_rows_equals_the_records(seed: int) -> None:
+    records = [normalize_record(record) for _, record in _random_pairs(seed)]
+    rows = [record_to_params(JOB, record, 1.0) for record in records]
+
+    built = _bucket_of_rows(rows, records)
+
+    _assert_same_bucket(built, _one_by_one([(r["step"], r) for r in records]))
 
 
 @pytest.mark.parametrize("span", [1, 7, 999, 1_000, 1_001, 123_457, 10**9 + 7])

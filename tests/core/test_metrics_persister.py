@@ -123,6 +123,23 @@ def test_rewritten_step_keeps_only_the_newest_record_and_its_anomalies(
         assert list_anomalies(session, job_id=JOB) == []
 
 
+def test_big_batches_append_and_rewrite_exactly_once(
+    session_factory: sessionmaker[Session], metrics_dir: Path, metrics_file: Path
+) -> None:
+    # Batches over 64 rows take PostgreSQL's COPY paths: straight into the
+    # table for appends, through the staging table for a rewrite.
+    write(metrics_file, *(line(step, loss=1.0) for step in range(300)))
+    assert sync(session_factory, metrics_dir).new_metrics == 300
+    # Resumed from a checkpoint at step 200: 100 steps again, 100 new, one batch.
+    write(metrics_file, *(line(step, loss=2.0) for step in range(200, 400)))
+    assert sync(session_factory, metrics_dir).new_metrics == 200
+
+    records = stored(session_factory)
+    assert [r["step"] for r in records] == list(range(400))
+    assert [r["loss"]["actor_loss"] for r in records] == [1.0] * 200 + [2.0] * 200
+    assert row_count(session_factory) == 400
+
+
 def test_truncated_and_rewritten_file_is_read_again_from_the_start(
     session_factory: sessionmaker[Session], metrics_dir: Path, metrics_file: Path
 ) -> None:
@@ -169,6 +186,43 @@ def test_malformed_and_oversized_lines_are_counted_while_the_rest_lands(
         state = session.get(SyncState, JOB)
         assert state is not None
         assert (state.lines_malformed, state.lines_oversized) == (3, 1)
+
+
+def test_integers_beyond_64_bits_land_as_floats_and_block_nothing(
+    session_factory: sessionmaker[Session], metrics_dir: Path, metrics_file: Path
+) -> None:
+    huge = 10**30
+    write(
+        metrics_file,
+        line(1),
+        # u64-sized (orjson keeps it an int), then JSON's unlimited integers
+        # (a NaN token sends the line to the stdlib parser, which keeps digits).
+        b'{"step": 2, "loss": {"actor_loss": 18446744073709551615}, "timing": {"gen": 1}}\n',
+        b'{"step": 3, "loss": {"actor_loss": NaN}, "kl": {"mean": %d},'
+        b' "extra": {"tokens": %d, "floor": %d, "hist": [%d, 1]}}\n'
+        % (huge, huge, -(10**400), huge),
+        b'{"step": 9223372036854775808, "loss": {"actor_loss": 1.0}}\n',  # step past int64
+        line(4),
+    )
+
+    result = sync(session_factory, metrics_dir)
+
+    records = stored(session_factory)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert result.lines_malformed == 1 and "step must be" in result.errors[0]
+    assert records[1]["loss"]["actor_loss"] == 18446744073709551615.0
+    assert records[1]["timing"] == {"gen": 1}
+    assert records[2]["kl"]["mean"] == 1e30 and records[2]["extra"]["tokens"] == 1e30
+    assert records[2]["extra"]["floor"] == -math.inf  # past even a float
+    assert records[2]["extra"]["hist"] == [1e30, 1]
+
+
+def test_a_callback_record_with_a_huge_integer_round_trips() -> None:
+    record = build_record(1, {"extra": {"hist": [10**30]}}, timestamp=1.0)
+
+    row = parse_platform_metric(encode_record(record), job_id=JOB)
+
+    assert row["extra"] == {"hist": [1e30]}
 
 
 def test_nan_and_infinity_survive_sql_distinct_from_missing(

@@ -148,17 +148,39 @@ def to_scalar(value: Any) -> Any:
     return value
 
 
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _bounded(value: int) -> float | int:
+    """An int that SQL can store: beyond 64 bits it becomes the nearest float (or +-inf).
+
+    JSON has no integer limit and Python's json parser keeps every digit,
+    but neither SQLite, PostgreSQL nor orjson takes more than 64 bits.
+    """
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _number(value: Any) -> float | int | None:
     """A finite or non-finite number, or None when `value` is not numeric."""
-    if type(value) is float or type(value) is int:
+    if type(value) is float:
         return value
+    if type(value) is int:
+        return _bounded(value)
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):
         return _NONFINITE_STRINGS.get(value)
     value = to_scalar(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, float):
         return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _bounded(value)
     return None
 
 
@@ -168,8 +190,8 @@ def _step(value: Any) -> int:
         raise RecordError(f"step must be an integer >= 0, got {value!r}")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or value < 0:
-        raise RecordError(f"step must be an integer >= 0, got {value!r}")
+    if not isinstance(value, int) or not 0 <= value <= _INT64_MAX:
+        raise RecordError(f"step must be an integer from 0 to 2**63 - 1, got {value!r}")
     return value
 
 
@@ -205,7 +227,7 @@ class _Builder:
                 self.nonfinite = True
             number: Any = raw
         elif kind is int:
-            number = raw
+            number = _bounded(raw)
         else:
             number = _number(raw)
             if number is None:
@@ -272,6 +294,8 @@ class _Builder:
 
 def _extra_value(value: Any) -> Any:
     """Extras are scalars; anything else is kept as its JSON-able form or repr."""
+    if type(value) is int:
+        return _bounded(value)
     if value is None or isinstance(value, (int, float, str, bool)):
         return value
     number = _number(value)
@@ -339,11 +363,12 @@ def _is_canonical(obj: dict[str, Any]) -> bool:
     That is what our own callback writes, so ingestion checks it first: a
     tight loop of type checks instead of rebuilding every group (about 5x
     faster; for dicts this small it also beats `issuperset(map(type, ...))`).
-    Anything unusual (a bool, a string "NaN", an unknown field or group, a
-    flat key) returns False and takes the general path.
+    Anything unusual (a bool, a string "NaN", an integer beyond 64 bits, an
+    unknown field or group, a flat key) returns False and takes the general
+    path.
     """
     step = obj.get("step")
-    if type(step) is not int or step < 0:
+    if type(step) is not int or not 0 <= step <= _INT64_MAX:
         return False
     timestamp = obj.get("timestamp")
     if timestamp is not None and (type(timestamp) is not float or timestamp - timestamp != 0.0):
@@ -355,9 +380,11 @@ def _is_canonical(obj: dict[str, Any]) -> bool:
                 return False
             for field, number in value.items():
                 kind = type(number)
-                if (kind is not float and kind is not int) or (
-                    known is not None and field not in known
+                if kind is not float and (
+                    kind is not int or not _INT64_MIN <= number <= _INT64_MAX
                 ):
+                    return False
+                if known is not None and field not in known:
                     return False
         elif key == "extra":
             if type(value) is not dict:
@@ -414,6 +441,11 @@ def normalize_record(obj: Any) -> dict[str, Any]:
     return record
 
 
+def _parse_int(digits: str) -> float | int:
+    # orjson itself turns integers beyond 64 bits into floats; do the same here.
+    return _bounded(int(digits))
+
+
 def decode_line(line: bytes) -> dict[str, Any]:
     """Decode one complete JSONL line (without its ``\\n``) into a record.
 
@@ -431,7 +463,7 @@ def decode_line(line: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         # orjson refuses NaN/Infinity tokens; the stdlib parser takes them.
         try:
-            obj = json.loads(line.decode("utf-8"))
+            obj = json.loads(line.decode("utf-8"), parse_int=_parse_int)
         except UnicodeDecodeError as exc:
             raise RecordError(f"line is not valid UTF-8: {exc}") from None
         except json.JSONDecodeError as exc:
@@ -466,9 +498,12 @@ def encode_record(record: Mapping[str, Any]) -> bytes:
     "the loss was NaN" into "no loss logged": non-finite records take the
     stdlib path, which is rare and always correct.
     """
-    if _has_nonfinite(record):
-        return json.dumps(record, allow_nan=True, separators=(",", ":")).encode() + b"\n"
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    if not _has_nonfinite(record):
+        try:
+            return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:
+            pass  # e.g. an integer beyond 64 bits deep in `extra`: the stdlib writes it
+    return json.dumps(record, allow_nan=True, separators=(",", ":")).encode() + b"\n"
 
 
 def iter_numbers(record: Mapping[str, Any]) -> Iterable[tuple[str, float | int]]:

@@ -22,7 +22,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import truediv
+from operator import methodcaller, truediv
 from typing import Any, Final
 
 from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS
@@ -62,24 +62,96 @@ def _collect(out: dict[str, float | int], group: str, fields: Any) -> None:
             out[f"{group}.{name}"] = _NONFINITE_VALUES[value]
 
 
-_SERIES_GROUPS: Final = (*GROUP_FIELDS, *FREE_GROUPS)
+SERIES_GROUPS: Final = (*GROUP_FIELDS, *FREE_GROUPS)
 
 
-def _gather(columns: dict[tuple[str, str], list[float | int]], group: str, fields: Any) -> None:
-    """Append a group's numbers to their columns (the same filter as `_collect`)."""
-    for name, value in fields.items():
-        kind = type(value)
-        if kind is float or kind is int:
-            number: float | int = value
-        elif kind is str and value in _NONFINITE_VALUES:
-            number = _NONFINITE_VALUES[value]
-        else:
-            continue
-        column = columns.get((group, name))
-        if column is None:
-            columns[(group, name)] = [number]
-        else:
-            column.append(number)
+_NUMBER_KINDS: Final = frozenset({float, int})
+_values_of: Final = methodcaller("values")
+
+
+def series_columns(
+    records: Sequence[Mapping[str, Any]], groups: Iterable[str]
+) -> dict[str, Sequence[Any]] | None:
+    """Each series of `groups` over `records`, as ``{"group.field": column}``.
+
+    None when a record has ``other`` groups: those may repeat a series of the
+    regular groups (the last one wins within a record, see `series_values`),
+    which only the one-record-at-a-time path gets right. Columns may still
+    hold non-numbers (`stats_of_columns` filters them).
+    """
+    if any(["other" in record for record in records]):
+        return None
+    columns: dict[str, Sequence[Any]] = {}
+    for group in groups:
+        _group_columns(
+            columns, group, [fields for record in records if (fields := record.get(group))]
+        )
+    return columns
+
+
+def stats_of_columns(columns: Mapping[str, Sequence[Any]]) -> dict[str, Stats]:
+    """`Stats` per series of `series_columns`; series without any number are left out."""
+    stats: dict[str, Stats] = {}
+    for key, values in columns.items():
+        entry = _column_stats(values)
+        if entry is not None:
+            stats[key] = entry
+    return stats
+
+
+def _group_columns(
+    columns: dict[str, Sequence[Any]], group: str, dicts: list[Mapping[str, Any]]
+) -> None:
+    """Add one group's values, column by column, over several records' `dicts`.
+
+    When every dict has the same fields in the same order (the usual case),
+    `zip` transposes them in C; otherwise values are gathered one by one.
+    Columns may still hold non-numbers: `_column_stats` filters them.
+    """
+    if not dicts:
+        return
+    names = tuple(dicts[0])
+    if all(map(names.__eq__, map(tuple, dicts))):
+        for name, values in zip(names, zip(*map(_values_of, dicts), strict=True), strict=True):
+            columns[f"{group}.{name}"] = values
+        return
+    gathered: dict[str, list[Any]] = {}
+    for fields in dicts:
+        for name, value in fields.items():
+            column = gathered.get(name)
+            if column is None:
+                gathered[name] = [value]
+            else:
+                column.append(value)
+    for name, values in gathered.items():
+        columns[f"{group}.{name}"] = values
+
+
+def _column_stats(values: Sequence[Any]) -> Stats | None:
+    """One series' `Stats` over a bucket's values; None when none of them is a number.
+
+    The same filter as `series_values`: floats and ints count (bools do not),
+    so do the API's "NaN"/"Infinity"/"-Infinity" strings, nothing else does.
+    """
+    if not _NUMBER_KINDS.issuperset(map(type, values)):
+        values = [
+            _NONFINITE_VALUES[value] if type(value) is str else value
+            for value in values
+            if type(value) is float
+            or type(value) is int
+            or (type(value) is str and value in _NONFINITE_VALUES)
+        ]
+        if not values:
+            return None
+    total = sum(values)
+    # A sum is finite iff every term is (barring overflow, which takes the
+    # exact path below and keeps its inf sum, as `add_value` would).
+    if total - total == 0:
+        return [min(values), max(values), total, len(values), 0]
+    finite = [v for v in values if v - v == 0]
+    if not finite:
+        return [None, None, None, 0, len(values)]
+    return [min(finite), max(finite), sum(finite), len(finite), len(values) - len(finite)]
 
 
 def add_value(stats: dict[str, Stats], key: str, value: float | int) -> None:
@@ -139,33 +211,20 @@ class Bucket:
     def of_records(cls, records: Iterable[tuple[int, Mapping[str, Any]]]) -> Bucket:
         """A bucket of several `(step, record)`: the same stats as adding them one by one.
 
-        The ingestion hot path: values are gathered column by column under
-        (group, field) keys, and each series' min/max/sum then run in C, instead
-        of one `add_value` call and one key string per value.
+        Consecutive steps nearly always log the same fields in the same
+        order, so each group of the bucket's records is transposed into
+        columns by `zip` (in C), and each column's min, max and sum are C
+        calls too: no Python work per value, only per group and series.
         """
-        columns: dict[tuple[str, str], list[float | int]] = {}
-        steps: list[int] = []
-        for step, record in records:
-            steps.append(step)
-            for group in _SERIES_GROUPS:
-                fields = record.get(group)
-                if fields:
-                    _gather(columns, group, fields)
-            other = record.get("other")
-            if isinstance(other, Mapping):
-                for group, fields in other.items():
-                    if isinstance(fields, Mapping):
-                        _gather(columns, str(group), fields)
-        bucket = cls(min(steps), max(steps), len(steps))
-        for (group, name), values in columns.items():
-            finite = [v for v in values if v - v == 0]
-            if finite:
-                entry = [min(finite), max(finite), sum(finite), len(finite)]
-            else:
-                entry = [None, None, None, 0]
-            entry.append(len(values) - len(finite))
-            bucket.stats[f"{group}.{name}"] = entry
-        return bucket
+        pairs = list(records)
+        columns = series_columns([record for _, record in pairs], SERIES_GROUPS)
+        if columns is None:
+            bucket = cls(pairs[0][0], pairs[0][0])
+            for step, record in pairs:
+                bucket.add(step, series_values(record))
+            return bucket
+        steps = [step for step, _ in pairs]
+        return cls(min(steps), max(steps), len(steps), stats_of_columns(columns))
 
     def add(self, step: int, values: Mapping[str, float | int]) -> None:
         self.first_step = min(self.first_step, step)

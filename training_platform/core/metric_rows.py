@@ -75,6 +75,8 @@ def _nonfinite_name(value: float) -> str:
 
 
 def _nonfinite_marks(values: dict[str, Any]) -> dict[str, str] | None:
+    if _all_finite(values):  # the usual case, decided in C
+        return None
     marks: dict[str, str] | None = None
     for key, value in values.items():
         # `v - v != 0.0` is true exactly for NaN and +-Inf, without a call.
@@ -142,6 +144,13 @@ def record_to_params(
     return params
 
 
+# What rollups read straight from the rows `record_to_params` builds.
+STEP_POSITION: Final = _POSITION["step"]
+NONFINITE_POSITION: Final = _POSITION["nonfinite"]
+# ("group.field" series key, position in ROW_KEYS) of every numeric column.
+COLUMN_SERIES: Final = tuple(
+    (f"{group}.{field}", _POSITION[column]) for (group, field), column in COLUMN_OF.items()
+)
 _RECEIVED_AT: Final = _POSITION["received_at"]
 _OTHER: Final = _POSITION["other"]
 _HAS_ANOMALY: Final = _POSITION["has_anomaly"]

@@ -30,8 +30,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire import STATUS_VALUES, decode_line, normalize_record
 from training_platform.core.database import dialect_insert
+from training_platform.core.gc_pause import collector_paused
 from training_platform.core.metric_rows import ROW_KEYS, record_to_params, record_to_row
-from training_platform.core.metrics_reader import MetricsReader, ReadPosition
+from training_platform.core.metrics_reader import MetricsReader, ReadBatch, ReadPosition
 from training_platform.core.models import Anomaly, Job, SyncState, TrainingMetric
 from training_platform.core.rollups import refresh_rollups
 
@@ -102,18 +103,22 @@ def _upsert_sql(paramstyle: str, source: str | None = None) -> str:
     )
 
 
-def _bulk_upsert(session: Session, params: list[list[Any]]) -> None:
+def _bulk_upsert(session: Session, params: list[list[Any]], *, appending: bool) -> None:
     """Write rows with the fastest path each database offers.
 
     SQLAlchemy's per-row parameter processing costs more than the database
     does here, so rows go to the DBAPI cursor directly (see benchmarks/):
-    SQLite takes a plain `executemany`; PostgreSQL takes COPY into a
-    per-connection temporary table, then one INSERT ... SELECT ... ON CONFLICT
-    (several times faster than even pipelined executemany).
+    SQLite takes a plain `executemany`. PostgreSQL takes COPY: straight into
+    the table when `appending` (every step is past the job's last stored one,
+    so no row can conflict: the CAS that opened this transaction keeps other
+    syncs of the job out until it commits), otherwise into a per-connection
+    temporary table, then one INSERT ... SELECT ... ON CONFLICT. Either is
+    several times faster than even pipelined executemany.
     """
     connection = session.connection()
     dialect = connection.dialect
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    columns = ", ".join(f'"{key}"' for key in ROW_KEYS)
     try:
         # Live syncs carry a few records: on PostgreSQL, COPY's staging table
         # would cost more round trips than a pipelined executemany of so few.
@@ -121,11 +126,15 @@ def _bulk_upsert(session: Session, params: list[list[Any]]) -> None:
             for chunk in _chunks(params, _UPSERT_CHUNK):
                 cursor.executemany(_upsert_sql(dialect.paramstyle), chunk)
             return
+        if appending:
+            with cursor.copy(f"COPY training_metrics ({columns}) FROM STDIN") as copy:
+                for row in params:
+                    copy.write_row(row)
+            return
         cursor.execute(
             f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE_TABLE} "
             "(LIKE training_metrics INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
         )
-        columns = ", ".join(f'"{key}"' for key in ROW_KEYS)
         with cursor.copy(f"COPY {_STAGE_TABLE} ({columns}) FROM STDIN") as copy:
             for row in params:
                 copy.write_row(row)
@@ -156,7 +165,8 @@ def upsert_metrics(
     stored_max = session.scalar(
         select(func.max(TrainingMetric.step)).where(TrainingMetric.job_id == job_id)
     )
-    if stored_max is not None and min(latest) <= stored_max:
+    appending = stored_max is None or min(latest) > stored_max
+    if not appending:
         rewritten = [step for step in latest if step <= stored_max]
         for chunk_start in range(0, len(rewritten), 500):
             session.execute(
@@ -167,9 +177,9 @@ def upsert_metrics(
                 )
             )
 
-    _bulk_upsert(session, params)
+    _bulk_upsert(session, params, appending=appending)
     # The downsampling buckets commit with the rows they summarise.
-    refresh_rollups(session, job_id=job_id, records=list(latest.values()))
+    refresh_rollups(session, job_id=job_id, records=list(latest.values()), rows=params)
 
     anomaly_rows = [
         {
@@ -259,62 +269,21 @@ def sync_metrics_from_file(
     while True:
         if position is None:
             position = _load_position(factory, job_id)
-        batch = reader.read_metrics_incremental(position)
-        now = time.time()
-        session = factory()
-        try:
-            # The CAS: must stay the first statement of the transaction (see module doc).
-            advanced = cast(
-                CursorResult[Any],
-                session.execute(
-                    update(SyncState)
-                    .where(
-                        SyncState.job_id == job_id,
-                        SyncState.offset == position.offset,
-                        SyncState.fingerprint.is_(None)
-                        if position.fingerprint is None
-                        else SyncState.fingerprint == position.fingerprint,
-                        SyncState.discarding == position.discarding,
-                    )
-                    .values(
-                        offset=batch.position.offset,
-                        fingerprint=batch.position.fingerprint,
-                        discarding=batch.position.discarding,
-                        lines_malformed=SyncState.lines_malformed + batch.malformed,
-                        lines_oversized=SyncState.lines_oversized + batch.oversized,
-                        records_ingested=SyncState.records_ingested + len(batch.records),
-                        resets=SyncState.resets + int(batch.reset),
-                        updated_at=now,
-                    )
-                    .execution_options(synchronize_session=False)
-                ),
-            )
-            if advanced.rowcount != 1:
-                # Another sync moved the offset since we read it: drop our batch
-                # and read again from where the winner left off.
-                session.rollback()
-                position = None
-                retries += 1
-                if retries > _MAX_CAS_RETRIES:
-                    logger.warning("sync of %s kept losing the race; stopping this round", job_id)
-                    break
-                continue
-            written = upsert_metrics(session, job_id=job_id, records=batch.records, received_at=now)
-            session.execute(
-                update(Job)
-                .where(Job.job_id == job_id)
-                .values(last_synced_at=now, last_sync_error=None)
-                .execution_options(synchronize_session=False)
-            )
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
-        if on_commit is not None and batch.records:
-            latest = {record["step"]: record for record in batch.records}
-            on_commit(sorted(latest.values(), key=_file_order(batch.records)))
+        with collector_paused():  # a batch is many small objects and no cycles
+            batch = reader.read_metrics_incremental(position)
+            written = _commit_batch(factory, job_id, position, batch)
+            if written is not None and on_commit is not None and batch.records:
+                latest = {record["step"]: record for record in batch.records}
+                on_commit(sorted(latest.values(), key=_file_order(batch.records)))
+        if written is None:
+            # Another sync moved the offset since we read it: drop our batch
+            # and read again from where the winner left off.
+            position = None
+            retries += 1
+            if retries > _MAX_CAS_RETRIES:
+                logger.warning("sync of %s kept losing the race; stopping this round", job_id)
+                break
+            continue
         position = batch.position  # what this transaction committed
         result.new_metrics += written
         result.lines_malformed += batch.malformed
@@ -328,6 +297,62 @@ def sync_metrics_from_file(
         if batch.at_eof or (max_batches is not None and batches >= max_batches):
             break
     return result
+
+
+def _commit_batch(
+    factory: sessionmaker[Session], job_id: str, position: ReadPosition, batch: ReadBatch
+) -> int | None:
+    """Commit `batch`, read from `position`, in one transaction: the rows written.
+
+    None when the compare-and-swap lost (the offset is no longer `position`):
+    then nothing was written.
+    """
+    now = time.time()
+    session = factory()
+    try:
+        # The CAS: must stay the first statement of the transaction (see module doc).
+        advanced = cast(
+            CursorResult[Any],
+            session.execute(
+                update(SyncState)
+                .where(
+                    SyncState.job_id == job_id,
+                    SyncState.offset == position.offset,
+                    SyncState.fingerprint.is_(None)
+                    if position.fingerprint is None
+                    else SyncState.fingerprint == position.fingerprint,
+                    SyncState.discarding == position.discarding,
+                )
+                .values(
+                    offset=batch.position.offset,
+                    fingerprint=batch.position.fingerprint,
+                    discarding=batch.position.discarding,
+                    lines_malformed=SyncState.lines_malformed + batch.malformed,
+                    lines_oversized=SyncState.lines_oversized + batch.oversized,
+                    records_ingested=SyncState.records_ingested + len(batch.records),
+                    resets=SyncState.resets + int(batch.reset),
+                    updated_at=now,
+                )
+                .execution_options(synchronize_session=False)
+            ),
+        )
+        if advanced.rowcount != 1:
+            session.rollback()
+            return None
+        written = upsert_metrics(session, job_id=job_id, records=batch.records, received_at=now)
+        session.execute(
+            update(Job)
+            .where(Job.job_id == job_id)
+            .values(last_synced_at=now, last_sync_error=None)
+            .execution_options(synchronize_session=False)
+        )
+        session.commit()
+        return written
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
 
 
 def _file_order(records: list[dict[str, Any]]) -> Callable[[dict[str, Any]], int]:

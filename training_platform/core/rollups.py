@@ -22,26 +22,35 @@ Storage: about 1/24 of the rows of `training_metrics` (1M steps: ~42k rows,
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import orjson
-from sqlalchemy import BigInteger, ForeignKey, Integer, LargeBinary, delete, func, select, tuple_
+from sqlalchemy import BigInteger, ForeignKey, Integer, LargeBinary, delete, func, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from training_platform.callbacks.wire import FREE_GROUPS
 from training_platform.core.database import Base, dialect_insert
 from training_platform.core.downsample import (
     Bucket,
     PackedBucket,
     Stats,
+    series_columns,
     series_values,
+    stats_of_columns,
     unpack_stats,
 )
-from training_platform.core.metric_rows import row_to_record
+from training_platform.core.metric_rows import (
+    COLUMN_SERIES,
+    NONFINITE_POSITION,
+    STEP_POSITION,
+    row_to_record,
+)
 from training_platform.core.models import JOB_ID, TrainingMetric
 
 logger = logging.getLogger(__name__)
@@ -85,28 +94,47 @@ def rolled_up_through(session: Session, job_id: str) -> int | None:
     )
 
 
-def refresh_rollups(session: Session, *, job_id: str, records: Iterable[Mapping[str, Any]]) -> None:
+def refresh_rollups(
+    session: Session,
+    *,
+    job_id: str,
+    records: Sequence[Mapping[str, Any]],
+    rows: Sequence[Sequence[Any]] | None = None,
+) -> None:
     """Bring the buckets touched by `records` up to date; call after the rows are written.
 
-    Only adds/flushes: the caller owns the transaction (it is the one that
-    wrote the rows, so both commit or neither does).
+    `rows`, when given, are the `record_to_params` lists just written for
+    `records`, in the same order: the persister has them, and they make new
+    buckets several times cheaper to build (`_bucket_of_rows`). For a step
+    given twice, the later record wins. Only adds/flushes: the caller owns the
+    transaction (it is the one that wrote the rows, so both commit or neither).
     """
-    latest = {int(record["step"]): record for record in records}
+    latest = {int(record["step"]): index for index, record in enumerate(records)}
     if not latest:
         return
     through = rolled_up_through(session, job_id)
     done = -1 if through is None else through
     width = WIDTHS[0]
-    fresh: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
+    ordered = sorted(latest.items())  # appends arrive sorted: a linear pass
+    steps = [step for step, _ in ordered]
+    fresh: dict[int, list[int]] = {}  # bucket -> indexes into records/rows
     stored: list[int] = []  # touched buckets that may also hold earlier rows
-    for step in sorted(latest):
-        index = step // width
+    start = 0
+    while start < len(steps):  # one turn per bucket, not per record
+        index = steps[start] // width
+        stop = bisect.bisect_left(steps, (index + 1) * width, start)
         if index * width <= done:
-            if not stored or stored[-1] != index:
-                stored.append(index)
-            continue
-        fresh.setdefault(index, []).append((step, latest[step]))
-    level_buckets = {index: Bucket.of_records(items) for index, items in fresh.items()}
+            stored.append(index)
+        else:
+            fresh[index] = [position for _, position in ordered[start:stop]]
+        start = stop
+    level_buckets: dict[int, Bucket] = {}
+    for index, members in fresh.items():
+        chosen = [records[position] for position in members]
+        if rows is None:
+            level_buckets[index] = Bucket.of_records((int(r["step"]), r) for r in chosen)
+        else:
+            level_buckets[index] = _bucket_of_rows([rows[position] for position in members], chosen)
     for index, bucket in _buckets_from_rows(session, job_id, stored, width):
         level_buckets[index] = bucket
     changed = {0: level_buckets}
@@ -114,6 +142,32 @@ def refresh_rollups(session: Session, *, job_id: str, records: Iterable[Mapping[
         level_buckets = _parents(session, job_id, level, level_buckets, done)
         changed[level] = level_buckets
     _upsert(session, job_id, changed)
+
+
+def _bucket_of_rows(rows: Sequence[Sequence[Any]], records: Sequence[Mapping[str, Any]]) -> Bucket:
+    """A level-0 bucket from its rows as written and their records (the same steps).
+
+    The numeric columns come straight from the rows, transposed by one `zip`;
+    only `timing` and `extra` are read from the records. The same stats as
+    `Bucket.of_records`: a non-finite value (a NULL in its column plus a mark
+    in `nonfinite`) or an `other` group sends the bucket down that path.
+    """
+    columns = list(zip(*rows, strict=True))
+    steps = columns[STEP_POSITION]
+    free = series_columns(records, FREE_GROUPS)
+    if free is None or any(columns[NONFINITE_POSITION]):
+        return Bucket.of_records(zip(steps, records, strict=True))
+    stats: dict[str, Stats] = {}
+    for key, position in COLUMN_SERIES:
+        values = columns[position]
+        if None in values:  # steps that did not log this series
+            values = tuple(value for value in values if value is not None)
+            if not values:
+                continue
+        # Normalised records hold only int/float here, all finite (no marks).
+        stats[key] = [min(values), max(values), sum(values), len(values), 0]
+    stats.update(stats_of_columns(free))
+    return Bucket(min(steps), max(steps), len(steps), stats)
 
 
 def _buckets_from_rows(
@@ -143,12 +197,12 @@ def _parents(
     # Children not recomputed in this call come from the table -- only those
     # that can exist, i.e. start at or before what was rolled up before.
     missing = [
-        (level - 1, child)
+        child
         for parent in parents
         for child in range(parent * FANOUT, parent * FANOUT + FANOUT)
         if child not in children and child * child_width <= done
     ]
-    siblings = dict(_stored_buckets(session, job_id, missing))
+    siblings = dict(_stored_buckets(session, job_id, level - 1, missing))
     out: dict[int, Bucket] = {}
     for parent in parents:
         merged: Bucket | None = None
@@ -165,10 +219,15 @@ def _parents(
 
 
 def _stored_buckets(
-    session: Session, job_id: str, keys: list[tuple[int, int]]
+    session: Session, job_id: str, level: int, indexes: list[int]
 ) -> Iterator[tuple[int, Bucket]]:
-    for start in range(0, len(keys), _IN_CHUNK):
-        chunk = keys[start : start + _IN_CHUNK]
+    """The stored level-`level` buckets among `indexes` (absent ones are skipped).
+
+    One level per query, `bucket IN (...)`: an index lookup per key on both
+    databases. (A row-value `(level, bucket) IN (...)` made SQLite scan all of
+    the job's buckets, so an append cost more the longer the run.)
+    """
+    for start in range(0, len(indexes), _IN_CHUNK):
         rows = session.execute(
             select(
                 MetricRollup.bucket,
@@ -178,7 +237,8 @@ def _stored_buckets(
                 MetricRollup.stats,
             ).where(
                 MetricRollup.job_id == job_id,
-                tuple_(MetricRollup.level, MetricRollup.bucket).in_(chunk),
+                MetricRollup.level == level,
+                MetricRollup.bucket.in_(indexes[start : start + _IN_CHUNK]),
             )
         )
         for index, first, last, count, stats in rows:
