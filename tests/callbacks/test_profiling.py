@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +71,47 @@ def test_a_stage_entered_twice_in_a_step_adds_up_and_collect_starts_a_new_step()
     assert timer.collect() == {"reward": 1.0}
     assert timer.collect() == {}
     assert timer.summary()["reward"]["count"] == 1
+
+
+def test_stages_timed_in_several_threads_all_land_in_the_step_and_the_summary() -> None:
+    timer = StageTimer()
+    ready = threading.Barrier(4)
+
+    def work() -> None:
+        ready.wait(5)
+        for _ in range(500):
+            with timer.stage("rollout"), timer.stage("generate"):
+                pass
+
+    workers = [threading.Thread(target=work) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    collected: list[dict[str, float]] = []
+    while any(worker.is_alive() for worker in workers):
+        collected.append(timer.collect())  # racing the workers' stages
+    collected.append(timer.collect())
+    for worker in workers:
+        worker.join()
+
+    steps = [times for times in collected if times]
+    assert set().union(*steps) == {"rollout", "rollout/generate"}, "each thread nests on its own"
+    summary = timer.summary()
+    assert summary["rollout"]["count"] == len([t for t in steps if "rollout" in t])
+    assert summary["rollout"]["total"] == pytest.approx(sum(t.get("rollout", 0) for t in steps))
+
+
+def test_changing_the_collected_dict_does_not_change_the_summary() -> None:
+    clock = FakeClock()
+    timer = StageTimer(clock=clock)
+    for _ in range(300):  # past one fold of the run-long statistics
+        with timer.stage("reward"):
+            clock.advance(0.5)
+        timing = timer.collect()
+        timing["reward"] = 99.0  # the record's timing group, merged by a callback
+        timing["other"] = 1.0
+    summary = timer.summary()
+    assert set(summary) == {"reward"}
+    assert summary["reward"]["count"] == 300 and summary["reward"]["total"] == 150.0
 
 
 def test_stage_as_a_decorator_times_every_call_of_sync_and_async_functions() -> None:

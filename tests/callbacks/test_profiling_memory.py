@@ -141,6 +141,52 @@ def test_short_steps_are_sampled_by_time_and_growth_stays_per_step() -> None:
     assert anomalies and "grows 2.00 MiB/step" in anomalies[0]["message"]
 
 
+def test_the_profiler_skips_the_monitor_until_a_sample_is_due_and_keeps_steps_per_step() -> None:
+    now = [0.0]
+    rss = [1 * GIB]
+    reads = []
+
+    def read_rss() -> int:
+        reads.append(now[0])
+        return rss[0]
+
+    monitor = MemoryMonitor(
+        rss=read_rss,
+        clock=lambda: now[0],
+        min_interval_s=0.05,
+        leak_window=10,
+        leak_warmup_steps=0,
+        leak_min_growth_mib=32.0,
+    )
+    profiler = StepProfiler(memory=monitor, clock=monitor.clock)
+    calls = []
+    original = monitor.on_step_end
+    monitor.on_step_end = lambda steps=None: calls.append(steps) or original(steps)  # type: ignore[method-assign]
+    anomalies = []
+    for step in range(200):  # 10 ms steps leaking 2 MiB each
+        profiler.on_step_begin(step)
+        now[0] += 0.01
+        rss[0] += 2 * MIB
+        anomalies += profiler.on_step_end(step).get("anomalies", [])
+
+    assert 35 <= len(calls) <= 45, "called only when a sample is due"
+    assert len(reads) == len(calls)
+    assert calls == sorted(calls) and calls[-1] >= 195  # the profiler's step count
+    assert anomalies and "grows 2.00 MiB/step" in anomalies[0]["message"]
+
+
+def test_a_monitor_on_another_clock_is_asked_every_step() -> None:
+    now = [0.0]
+    monitor = MemoryMonitor(rss=lambda: GIB, clock=lambda: now[0], min_interval_s=0.05)
+    profiler = StepProfiler(memory=monitor)  # perf_counter: cannot tell when it is due
+    sampled = 0
+    for step in range(20):
+        profiler.on_step_begin(step)
+        now[0] += 0.01
+        sampled += "profiling/rss_gib" in profiler.on_step_end(step).get("extra", {})
+    assert 3 <= sampled <= 5  # the monitor's own clock decides
+
+
 def test_memory_above_the_baseline_is_reported() -> None:
     rss = [1 * GIB]
     monitor = MemoryMonitor(rss=lambda: rss[0])

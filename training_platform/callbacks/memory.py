@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import sys
 import time
@@ -252,10 +253,12 @@ class MemoryMonitor:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._read_rss = (rss or rss_reader()) if track_rss else None
-        self._reset_peak = reset_peak_per_step
+        self.reset_peak_per_step = reset_peak_per_step
         self._min_interval = min_interval_s
-        self._clock = clock
-        self._last_sample: float | None = None
+        self.clock = clock
+        # When the next sample is due (`clock` time): callers in a hot loop can
+        # skip `on_step_end` before then, passing the step count on instead.
+        self.next_sample_at = -math.inf
         self._steps = 0
         self._reset_due = True
         self._new_detector = functools.partial(
@@ -301,7 +304,7 @@ class MemoryMonitor:
         return self.baseline
 
     def on_step_begin(self) -> None:
-        if not (self._reset_peak and self._reset_due):
+        if not (self.reset_peak_per_step and self._reset_due):
             return
         self._reset_due = False
         cuda = self._cuda()
@@ -309,16 +312,21 @@ class MemoryMonitor:
             for index in range(cuda.device_count()):
                 cuda.reset_peak_memory_stats(index)
 
-    def on_step_end(self) -> tuple[dict[str, float], dict[str, float], list[dict[str, str]]]:
+    def on_step_end(
+        self, steps: int | None = None
+    ) -> tuple[dict[str, float], dict[str, float], list[dict[str, str]]]:
         """(performance fields, extra fields, anomalies) for this step's record.
 
-        All three are empty on a step that is not sampled.
+        All three are empty on a step that is not sampled. `steps` is the
+        number of steps ended so far, this one included, for a caller that
+        does not call this every step (see `next_sample_at`); by default
+        each call counts one step.
         """
-        self._steps += 1
-        now = self._clock()
-        if self._last_sample is not None and now - self._last_sample < self._min_interval:
+        self._steps = self._steps + 1 if steps is None else steps
+        now = self.clock()
+        if now < self.next_sample_at:  # the same test a caller skipping us makes
             return {}, {}, []
-        self._last_sample = now
+        self.next_sample_at = now + self._min_interval
         self._reset_due = True
         snap = self.last = self.snapshot()
         performance: dict[str, float] = {}

@@ -124,7 +124,9 @@ class StepProfiler:
         if isinstance(memory, MemoryMonitor):
             self.memory: MemoryMonitor | None = memory
         else:
-            self.memory = MemoryMonitor() if memory else None
+            self.memory = MemoryMonitor(clock=clock) if memory else None
+        # Whether our clock can tell when the monitor's next sample is due.
+        self._memory_due_known = self.memory is not None and self.memory.clock is clock
         self.tracer = (
             TorchTraceRecorder(self.profile_dir, trace)
             if trace is not None and self.profile_dir is not None
@@ -165,7 +167,7 @@ class StepProfiler:
         self._step_begin = now
         if self._last_end is None:
             self._last_end = now
-        if self.memory is not None:
+        if self.memory is not None and self.memory.reset_peak_per_step:
             self._run("memory", self.memory.on_step_begin)
         if self.tracer is not None:
             self._run("trace", self.tracer.on_step_begin, step)
@@ -198,8 +200,12 @@ class StepProfiler:
                 extra["profiling/samples_per_second"] = samples_rate
         self._samples = self._tokens = 0
 
-        if self.memory is not None:
-            measured = self._run("memory", self.memory.on_step_end)
+        # Memory is sampled at most every `min_interval_s`: skip the call
+        # (a few µs right after a step) until then.
+        if self.memory is not None and (
+            not self._memory_due_known or now >= self.memory.next_sample_at
+        ):
+            measured = self._run("memory", self.memory.on_step_end, self._steps)
             if measured is not None:
                 memory_performance, memory_extra, anomalies = measured
                 performance.update(memory_performance)

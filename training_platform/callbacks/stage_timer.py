@@ -5,9 +5,10 @@ entered several times within one step adds up. `collect()` hands out the
 step's stage times (seconds, for the record's ``timing`` group) and feeds the
 run-long summary behind ``stage_times.json``.
 
-Hot path: entering and leaving a stage costs about 2 µs in a warm loop (two
-clock reads, a list push/pop and a dict update under a lock); see
-docs/profiling.md for what it costs right after a real training step.
+Hot path: entering and leaving a stage is two clock reads, a push/pop on the
+thread's stack and one append to a queue that `collect()` drains (no lock,
+no dict update per stage); see docs/profiling.md for what it costs right
+after a real training step.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from training_platform.callbacks.stats import percentile
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+_FOLD_EVERY = 256  # collected steps per batch folded into the run-long statistics
 
 
 def cuda_synchronizer() -> Callable[[], None] | None:
@@ -89,9 +91,16 @@ class Stage:
         self._stack: list[str] = []
         self._start = 0.0
 
+    # Enter and exit run around every timed region, right after the trainer's
+    # own work has pushed this code out of the CPU caches: they touch as few
+    # objects and make as few calls as they can (see docs/profiling.md).
     def __enter__(self) -> Stage:
         timer = self._timer
-        stack = self._stack = timer._stack()
+        try:
+            stack = timer._local.stack
+        except AttributeError:
+            stack = timer._local.stack = []
+        self._stack = stack
         path = self._path = f"{stack[-1]}/{self._name}" if stack else self._name
         stack.append(path)
         if timer._sync is not None:
@@ -112,9 +121,8 @@ class Stage:
         stack = self._stack
         if stack and stack[-1] == self._path:
             stack.pop()
-        with timer._lock:
-            current = timer._current
-            current[self._path] = current.get(self._path, 0.0) + elapsed
+        # deque.append is atomic: stages of several threads need no lock here.
+        timer._finished.append((self._path, elapsed))
         # The time spent before an exception is real: it is recorded, and the
         # exception goes on to the caller untouched.
 
@@ -159,11 +167,11 @@ class StageTimer:
             raise ValueError("summary_window must be >= 1")
         self._clock = clock
         self._sync = cuda_synchronizer() if cuda_sync else None
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._current: dict[str, float] = {}
+        self._local = threading.local()  # .stack: this thread's open stage paths
+        self._finished: deque[tuple[str, float]] = deque()  # (path, seconds), any thread
         self._window = summary_window
         self._stats: dict[str, StageStats] = {}
+        self._unfolded: list[dict[str, float]] = []  # collected steps not yet in _stats
 
     @property
     def cuda_sync(self) -> bool:
@@ -178,21 +186,32 @@ class StageTimer:
 
     def collect(self) -> dict[str, float]:
         """The stage seconds accumulated since the last call; they also enter the summary."""
-        with self._lock:
-            times, self._current = self._current, {}
-        for name, seconds in times.items():
-            stats = self._stats.get(name)
-            if stats is None:
-                stats = self._stats[name] = StageStats(self._window)
-            stats.add(seconds)
+        times: dict[str, float] = {}
+        finished = self._finished
+        while True:  # popleft is atomic; a stage ending meanwhile counts now or next time
+            try:
+                path, seconds = finished.popleft()
+            except IndexError:
+                break
+            times[path] = times.get(path, 0.0) + seconds
+        if times:
+            # The run-long statistics are folded in batches (`_fold`): per
+            # step that is one append instead of a lookup and update per stage.
+            self._unfolded.append(times.copy())  # the caller may merge into `times`
+            if len(self._unfolded) >= _FOLD_EVERY:
+                self._fold()
         return times
+
+    def _fold(self) -> None:
+        unfolded, self._unfolded = self._unfolded, []
+        for times in unfolded:
+            for name, seconds in times.items():
+                stats = self._stats.get(name)
+                if stats is None:
+                    stats = self._stats[name] = StageStats(self._window)
+                stats.add(seconds)
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per stage: count (steps it ran in), mean, p50, p95 and total seconds."""
+        self._fold()
         return {name: stats.summary() for name, stats in self._stats.items()}
-
-    def _stack(self) -> list[str]:
-        stack: list[str] | None = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack

@@ -123,8 +123,8 @@ def _group_columns(
                 gathered[name] = [value]
             else:
                 column.append(value)
-    for name, values in gathered.items():
-        columns[f"{group}.{name}"] = values
+    for name, gathered_values in gathered.items():
+        columns[f"{group}.{name}"] = gathered_values
 
 
 def _column_stats(values: Sequence[Any]) -> Stats | None:

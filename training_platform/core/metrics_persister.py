@@ -166,7 +166,7 @@ def upsert_metrics(
         select(func.max(TrainingMetric.step)).where(TrainingMetric.job_id == job_id)
     )
     appending = stored_max is None or min(latest) > stored_max
-    if not appending:
+    if stored_max is not None and not appending:
         rewritten = [step for step in latest if step <= stored_max]
         for chunk_start in range(0, len(rewritten), 500):
             session.execute(
