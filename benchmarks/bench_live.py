@@ -29,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +211,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="latency lines per second")
     parser.add_argument("--throughput-lines", type=int, default=100_000)
     parser.add_argument("--throughput-clients", default="1,100")
-    parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="a PostgreSQL server URL (a scratch database is made on it); default: SQLite",
+    )
     parser.add_argument("--deflate", action="store_true", help="permessage-deflate on")
     args = parser.parse_args()
     latency_counts = [int(n) for n in args.clients.split(",") if n]
@@ -219,17 +226,42 @@ def main() -> None:
         (work / "metrics").mkdir()
         for job in [f"lat{n}" for n in latency_counts] + [f"tput{n}" for n in throughput_counts]:
             (work / "metrics" / f"{job}_metrics.jsonl").write_bytes(b"")
-        url = args.database_url or f"sqlite:///{work / 'live.db'}"
-        server, port = start_server(work, url, args.deflate)
-        try:
-            time.sleep(2.0)  # discovery and the file watcher
-            deflate = "on" if args.deflate else "off"
-            print(f"database {url.split(':')[0]}, permessage-deflate {deflate}")
-            bench_latency(port, work, latency_counts, args)
-            bench_throughput(port, work, throughput_counts, args)
-        finally:
-            server.terminate()
-            server.wait(30)
+        with scratch_database(args.database_url, work) as url:
+            server, port = start_server(work, url, args.deflate)
+            try:
+                time.sleep(2.0)  # discovery and the file watcher
+                deflate = "on" if args.deflate else "off"
+                print(f"database {url.split(':')[0]}, permessage-deflate {deflate}")
+                bench_latency(port, work, latency_counts, args)
+                bench_throughput(port, work, throughput_counts, args)
+            finally:
+                server.terminate()
+                server.wait(30)
+
+
+@contextmanager
+def scratch_database(server_url: str | None, work: Path) -> Iterator[str]:
+    """A fresh SQLite file, or a fresh database on the given PostgreSQL server.
+
+    Fresh every run: jobs left by an earlier run point at its deleted
+    temporary directory, and would hide this run's files of the same name.
+    """
+    if server_url is None or not server_url.startswith("postgresql"):
+        yield server_url or f"sqlite:///{work / 'live.db'}"
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"tp_bench_live_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def bench_latency(port: int, work: Path, counts: list[int], args: argparse.Namespace) -> None:
