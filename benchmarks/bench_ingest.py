@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from unittest.mock import patch
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -35,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_platform.callbacks.wire import build_record, decode_line, encode_record
+from training_platform.core import metrics_persister
 from training_platform.core.database import (
     make_engine,
     make_session_factory,
@@ -94,12 +96,21 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def our_sync(factory: sessionmaker[Session], directory: Path) -> float:
+def our_sync(factory: sessionmaker[Session], directory: Path, *, rollups: bool = True) -> float:
+    """Seconds for one end-to-end sync of the whole file into a fresh database.
+
+    `rollups=False` skips the downsampling buckets: a measurement of where
+    the time goes (issue 2's ingestion, before issue 5 added them to the
+    transaction), never a mode of the product.
+    """
     with factory.begin() as session:
         discover_jobs(session, directory)
     reader = LocalMetricsReader(JOB, directory)
     try:
-        return timed(lambda: sync_metrics_from_file(factory, JOB, reader))
+        if rollups:
+            return timed(lambda: sync_metrics_from_file(factory, JOB, reader))
+        with patch.object(metrics_persister, "refresh_rollups", lambda *_, **__: None):
+            return timed(lambda: sync_metrics_from_file(factory, JOB, reader))
     finally:
         reader.close()
 
@@ -129,9 +140,13 @@ def seed_job(session: Session) -> None:
 def bench_sqlite(work: Path, path: Path, records: int, rounds: int) -> None:
     rows = built_rows(path)
     ours: list[float] = []
+    bare: list[float] = []  # without the rollups
     floors: list[float] = []
     for round_ in range(rounds):  # interleaved: both sides see the same machine
         ours.append(our_sync(migrated(f"sqlite:///{work / f'ours{round_}.db'}"), path.parent))
+        bare.append(
+            our_sync(migrated(f"sqlite:///{work / f'bare{round_}.db'}"), path.parent, rollups=False)
+        )
         raw_factory = migrated(f"sqlite:///{work / f'raw{round_}.db'}")
         with raw_factory.begin() as session:
             seed_job(session)
@@ -164,6 +179,7 @@ def bench_sqlite(work: Path, path: Path, records: int, rounds: int) -> None:
 
     print(f"\nSQLite, {records:,} records, best of {rounds} interleaved rounds")
     report("ours: JSONL -> SQLite end to end", records, min(ours), floor)
+    report("  the same without the rollups (not a mode)", records, min(bare), floor)
     report("raw sqlite3 executemany (pre-built rows)", records, floor, floor)
     report(f"SQLAlchemy ORM, 1 object/row ({orm_count:,})", records, orm, floor)
     print_rounds(ours, floors)

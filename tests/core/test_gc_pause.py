@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
+from training_platform.core import gc_pause
 from training_platform.core.gc_pause import collector_paused
 
 
@@ -67,3 +69,34 @@ def test_overlapping_pauses_in_threads_end_with_the_last_one() -> None:
 
     assert second_in.is_set() and seen == [False]
     assert gc.isenabled()
+
+
+class _Node:
+    pass
+
+
+def _cycle_ending_in_a_nested_pause() -> weakref.ref[_Node]:
+    """Make cyclic garbage inside a batch that ends while the outer one goes on."""
+    with collector_paused():
+        cycle = _Node()
+        cycle.self = cycle  # type: ignore[attr-defined]
+        alive = weakref.ref(cycle)
+        del cycle
+    return alive
+
+
+def test_pauses_overlapping_for_too_long_still_collect(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gc_pause, "MAX_PAUSE_S", 0.0)
+    with collector_paused():
+        alive = _cycle_ending_in_a_nested_pause()
+        assert alive() is None, "an overdue pause runs a collection"
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_short_overlap_does_not_collect() -> None:
+    with collector_paused():
+        alive = _cycle_ending_in_a_nested_pause()
+        assert alive() is not None
+    gc.collect()
+    assert alive() is None

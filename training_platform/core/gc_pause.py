@@ -11,34 +11,49 @@ the same way while it builds large structures.
 
 The pause is process-wide, so it is counted: it lasts while any batch in any
 thread is being built and ends with the last one, and it never re-enables a
-collector that someone else had disabled.
+collector that someone else had disabled. Should batches of many jobs
+overlap without a gap for `MAX_PAUSE_S`, a batch ending in the middle runs a
+full collection itself: cyclic garbage of the rest of the server (sockets,
+tasks) is never left to pile up.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+MAX_PAUSE_S = 10.0  # the longest the collector stays off without one collection
 
 _lock = threading.Lock()
 _depth = 0
 _resume = False  # whether the collector was enabled when the first pause began
+_since = 0.0  # when the collector last ran (or the pause began), time.monotonic()
 
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """Run the body with the cyclic collector off (re-entrant, thread-safe)."""
-    global _depth, _resume
+    global _depth, _resume, _since
     with _lock:
         if _depth == 0:
             _resume = gc.isenabled()
+            _since = time.monotonic()
             gc.disable()
         _depth += 1
     try:
         yield
     finally:
+        overdue = False
         with _lock:
             _depth -= 1
-            if _depth == 0 and _resume:
-                gc.enable()
+            if _depth == 0:
+                if _resume:
+                    gc.enable()
+            elif _resume and time.monotonic() - _since >= MAX_PAUSE_S:
+                _since = time.monotonic()
+                overdue = True
+        if overdue:  # outside the lock: finalizers may start batches of their own
+            gc.collect()
