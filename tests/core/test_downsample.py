@@ -132,6 +132,8 @@ def _irregular_record(step: int, rng: random.Random) -> dict[str, Any]:
         loss["total_loss"] = rng.choice([math.nan, math.inf, -math.inf, 1e308, 1e308])
     elif choice < 0.25:
         del loss["actor_loss"]
+    elif choice < 0.3:  # as many fields, not the same ones
+        loss = {"critic_loss": rng.random(), "total_loss": rng.gauss(0, 1)}
     if rng.random() < 0.9:
         record["loss"] = loss
     extra: dict[str, Any] = {"entropy": rng.random(), "count": rng.randrange(10)}
@@ -179,6 +181,17 @@ def _one_by_one(pairs: list[tuple[int, dict[str, Any]]]) -> Bucket:
 def test_bucket_of_records_equals_adding_them_one_by_one(seed: int) -> None:
     pairs = _random_pairs(seed)
     _assert_same_bucket(Bucket.of_records(pairs), _one_by_one(pairs))
+
+
+def test_records_with_as_many_but_other_fields_are_summed_per_field() -> None:
+    pairs = [
+        (1, {"step": 1, "loss": {"actor_loss": 1.0, "critic_loss": 2.0}, "timing": {"a": 1.0}}),
+        (2, {"step": 2, "loss": {"critic_loss": 3.0, "total_loss": 4.0}, "timing": {"a": 2.0}}),
+        (3, {"step": 3, "loss": {"critic_loss": 5.0, "actor_loss": 6.0}, "timing": {"b": 3.0}}),
+    ]
+    built = Bucket.of_records(pairs)
+    _assert_same_bucket(built, _one_by_one(pairs))
+    assert built.stats["loss.critic_loss"] == [2.0, 5.0, 10.0, 3, 0]
 
 
 @pytest.mark.parametrize("seed", range(40))

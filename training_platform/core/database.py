@@ -7,6 +7,7 @@ URL; nothing here runs at import time. The schema only changes through Alembic
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -100,6 +101,34 @@ def dialect_insert(session: Session) -> Any:
 
     dialect = session.get_bind().dialect.name
     return (postgresql if dialect == "postgresql" else sqlite).insert
+
+
+@functools.cache
+def upsert_sql(
+    table: str,
+    columns: tuple[str, ...],
+    keys: tuple[str, ...],
+    paramstyle: str,
+    source: str | None = None,
+) -> str:
+    """INSERT ... ON CONFLICT (keys) DO UPDATE the other columns, for a DBAPI cursor.
+
+    The same text runs on SQLite and PostgreSQL (`paramstyle` "qmark" or
+    "format"/"pyformat"). Hot paths hand rows to the driver directly:
+    SQLAlchemy's per-row parameter processing cost more than the database.
+    With `source`, rows come from that (staging) table instead.
+    """
+    quoted = ", ".join(f'"{column}"' for column in columns)
+    updates = ", ".join(
+        f'"{column}" = excluded."{column}"' for column in columns if column not in keys
+    )
+    if source is None:
+        marker = "?" if paramstyle == "qmark" else "%s"
+        rows = "VALUES (" + ", ".join([marker] * len(columns)) + ")"
+    else:
+        rows = f"SELECT {quoted} FROM {source}"
+    conflict = ", ".join(keys)
+    return f"INSERT INTO {table} ({quoted}) {rows} ON CONFLICT ({conflict}) DO UPDATE SET {updates}"
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -22,7 +22,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import methodcaller, truediv
+from operator import itemgetter, truediv
 from typing import Any, Final
 
 from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS
@@ -66,7 +66,6 @@ SERIES_GROUPS: Final = (*GROUP_FIELDS, *FREE_GROUPS)
 
 
 _NUMBER_KINDS: Final = frozenset({float, int})
-_values_of: Final = methodcaller("values")
 
 
 def series_columns(
@@ -104,17 +103,26 @@ def _group_columns(
 ) -> None:
     """Add one group's values, column by column, over several records' `dicts`.
 
-    When every dict has the same fields in the same order (the usual case),
-    `zip` transposes them in C; otherwise values are gathered one by one.
+    When every dict has the same fields (the usual case), `itemgetter` and
+    `zip` transpose them in C; otherwise values are gathered one by one.
     Columns may still hold non-numbers: `_column_stats` filters them.
     """
     if not dicts:
         return
     names = tuple(dicts[0])
-    if all(map(names.__eq__, map(tuple, dicts))):
-        for name, values in zip(names, zip(*map(_values_of, dicts), strict=True), strict=True):
-            columns[f"{group}.{name}"] = values
-        return
+    size = len(names)
+    if all(map(size.__eq__, map(len, dicts))):
+        try:
+            table = list(map(itemgetter(*names), dicts))
+        except KeyError:  # as many fields, not the same ones
+            table = None
+        if table is not None:
+            if size == 1:  # itemgetter of one name gives the value itself
+                columns[f"{group}.{names[0]}"] = table
+                return
+            for name, values in zip(names, zip(*table, strict=True), strict=True):
+                columns[f"{group}.{name}"] = values
+            return
     gathered: dict[str, list[Any]] = {}
     for fields in dicts:
         for name, value in fields.items():

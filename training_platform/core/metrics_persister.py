@@ -17,7 +17,6 @@ The exactly-once argument, in three rules:
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import time
@@ -29,7 +28,7 @@ from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire import STATUS_VALUES, decode_line, normalize_record
-from training_platform.core.database import dialect_insert
+from training_platform.core.database import dialect_insert, upsert_sql
 from training_platform.core.gc_pause import collector_paused
 from training_platform.core.metric_rows import ROW_KEYS, record_to_params, record_to_row
 from training_platform.core.metrics_reader import MetricsReader, ReadBatch, ReadPosition
@@ -82,25 +81,9 @@ _STAGE_TABLE = "tp_metrics_stage"
 _SMALL_BATCH = 64
 
 
-@functools.cache
 def _upsert_sql(paramstyle: str, source: str | None = None) -> str:
-    """INSERT ... ON CONFLICT (job_id, step) DO UPDATE: the same on SQLite and PostgreSQL.
-
-    With `source`, rows come from that (staging) table instead of parameters.
-    """
-    columns = ", ".join(f'"{key}"' for key in ROW_KEYS)
-    updates = ", ".join(
-        f'"{key}" = excluded."{key}"' for key in ROW_KEYS if key not in ("job_id", "step")
-    )
-    if source is None:
-        marker = "?" if paramstyle == "qmark" else "%s"
-        rows = "VALUES (" + ", ".join([marker] * len(ROW_KEYS)) + ")"
-    else:
-        rows = f"SELECT {columns} FROM {source}"
-    return (
-        f"INSERT INTO training_metrics ({columns}) {rows} "
-        f"ON CONFLICT (job_id, step) DO UPDATE SET {updates}"
-    )
+    """INSERT ... ON CONFLICT (job_id, step) DO UPDATE, from parameters or a staging table."""
+    return upsert_sql("training_metrics", ROW_KEYS, ("job_id", "step"), paramstyle, source)
 
 
 def _bulk_upsert(session: Session, params: list[list[Any]], *, appending: bool) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import operator
 import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,7 +36,7 @@ from sqlalchemy import BigInteger, ForeignKey, Integer, LargeBinary, delete, fun
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from training_platform.callbacks.wire import FREE_GROUPS
-from training_platform.core.database import Base, dialect_insert
+from training_platform.core.database import Base, upsert_sql
 from training_platform.core.downsample import (
     Bucket,
     PackedBucket,
@@ -109,15 +110,18 @@ def refresh_rollups(
     given twice, the later record wins. Only adds/flushes: the caller owns the
     transaction (it is the one that wrote the rows, so both commit or neither).
     """
-    latest = {int(record["step"]): index for index, record in enumerate(records)}
-    if not latest:
+    if not records:
         return
+    steps = [int(record["step"]) for record in records]
+    positions: list[int] | None = None  # into records/rows, in step order; None: as they are
+    if any(map(operator.ge, steps, steps[1:])):  # not appends: dedupe (later wins), sort
+        latest = {step: position for position, step in enumerate(steps)}
+        steps = sorted(latest)
+        positions = [latest[step] for step in steps]
     through = rolled_up_through(session, job_id)
     done = -1 if through is None else through
     width = WIDTHS[0]
-    ordered = sorted(latest.items())  # appends arrive sorted: a linear pass
-    steps = [step for step, _ in ordered]
-    fresh: dict[int, list[int]] = {}  # bucket -> indexes into records/rows
+    fresh: dict[int, tuple[int, int]] = {}  # bucket -> its slice of `steps`
     stored: list[int] = []  # touched buckets that may also hold earlier rows
     start = 0
     while start < len(steps):  # one turn per bucket, not per record
@@ -126,15 +130,21 @@ def refresh_rollups(
         if index * width <= done:
             stored.append(index)
         else:
-            fresh[index] = [position for _, position in ordered[start:stop]]
+            fresh[index] = (start, stop)
         start = stop
     level_buckets: dict[int, Bucket] = {}
-    for index, members in fresh.items():
-        chosen = [records[position] for position in members]
-        if rows is None:
-            level_buckets[index] = Bucket.of_records((int(r["step"]), r) for r in chosen)
+    for index, (start, stop) in fresh.items():
+        if positions is None:
+            chosen = records[start:stop]
+            chosen_rows = rows[start:stop] if rows is not None else None
         else:
-            level_buckets[index] = _bucket_of_rows([rows[position] for position in members], chosen)
+            members = positions[start:stop]
+            chosen = [records[position] for position in members]
+            chosen_rows = [rows[position] for position in members] if rows is not None else None
+        if chosen_rows is None:
+            level_buckets[index] = Bucket.of_records(zip(steps[start:stop], chosen, strict=True))
+        else:
+            level_buckets[index] = _bucket_of_rows(chosen_rows, chosen)
     for index, bucket in _buckets_from_rows(session, job_id, stored, width):
         level_buckets[index] = bucket
     changed = {0: level_buckets}
@@ -282,32 +292,37 @@ def decode_stats(blob: bytes) -> dict[str, Stats]:
     return unpack_stats(orjson.loads(blob[:split]), blob[split + 1 :])
 
 
+_COLUMNS: Final = ("job_id", "level", "bucket", "first_step", "last_step", "row_count", "stats")
+
+
 def _upsert(session: Session, job_id: str, changed: dict[int, dict[int, Bucket]]) -> None:
     rows = [
-        {
-            "job_id": job_id,
-            "level": level,
-            "bucket": index,
-            "first_step": bucket.first_step,
-            "last_step": bucket.last_step,
-            "row_count": bucket.rows,
-            "stats": encode_stats(bucket.stats),
-        }
+        (
+            job_id,
+            level,
+            index,
+            bucket.first_step,
+            bucket.last_step,
+            bucket.rows,
+            encode_stats(bucket.stats),
+        )
         for level, buckets in changed.items()
         for index, bucket in buckets.items()
     ]
     if not rows:
         return
-    insert = dialect_insert(session)
-    stmt = insert(MetricRollup.__table__)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["job_id", "level", "bucket"],
-        set_={
-            name: stmt.excluded[name] for name in ("first_step", "last_step", "row_count", "stats")
-        },
+    # ~1,400 buckets per ingestion batch: straight to the driver, as the rows
+    # themselves go (SQLAlchemy's per-row processing would double the cost).
+    connection = session.connection()
+    sql = upsert_sql(
+        "metric_rollups", _COLUMNS, ("job_id", "level", "bucket"), connection.dialect.paramstyle
     )
-    for start in range(0, len(rows), _IN_CHUNK):
-        session.execute(stmt, rows[start : start + _IN_CHUNK])
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        for start in range(0, len(rows), _IN_CHUNK):
+            cursor.executemany(sql, rows[start : start + _IN_CHUNK])
+    finally:
+        cursor.close()
 
 
 def rebuild_rollups(session: Session, *, job_id: str) -> int:
