@@ -153,7 +153,8 @@ class StageTimer:
     that GPU work is charged to the stage that launched it (it costs the
     pipelining between stages, so it is off by default). `clock` is injectable
     for tests. Each thread has its own nesting stack; stage times of all
-    threads add up into the same step.
+    threads add up into the same step. Call `collect()` once per step
+    (`StepProfiler` does): finished stages wait in a queue until then.
     """
 
     def __init__(

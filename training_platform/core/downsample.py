@@ -219,10 +219,10 @@ class Bucket:
     def of_records(cls, records: Iterable[tuple[int, Mapping[str, Any]]]) -> Bucket:
         """A bucket of several `(step, record)`: the same stats as adding them one by one.
 
-        Consecutive steps nearly always log the same fields in the same
-        order, so each group of the bucket's records is transposed into
-        columns by `zip` (in C), and each column's min, max and sum are C
-        calls too: no Python work per value, only per group and series.
+        Consecutive steps nearly always log the same fields, so each group of
+        the bucket's records is transposed into columns in C (`itemgetter`,
+        `zip`), and each column's min, max and sum are C calls too: no Python
+        work per value, only per group and series.
         """
         pairs = list(records)
         columns = series_columns([record for _, record in pairs], SERIES_GROUPS)
