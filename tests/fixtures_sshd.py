@@ -61,6 +61,18 @@ class SSHD:
         fields.update(overrides)
         return SSHTarget(**fields)
 
+    def job_body(self, job_id: str = "remote1", **overrides: Any) -> dict[str, Any]:
+        """A `POST /api/jobs` body registering `job_id` on this server's remote directory."""
+        ssh: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "username": self.username,
+            "key_path": str(self.key_path),
+            "remote_dir": str(self.remote_dir),
+        }
+        ssh.update(overrides)
+        return {"job_id": job_id, "ssh": ssh}
+
     def stop(self) -> None:
         self.server.stop()
 

@@ -115,16 +115,7 @@ def test_artifacts_of_an_ssh_job_are_listed_and_streamed(
     big = os.urandom(700_000)  # several chunks
     (root / "step_2" / "big.bin").write_bytes(big)
     os.symlink("/etc/passwd", root / "step_2" / "passwd")
-    body = {
-        "job_id": "remote1",
-        "ssh": {
-            "host": sshd.host,
-            "port": sshd.port,
-            "username": sshd.username,
-            "key_path": str(sshd.key_path),
-            "remote_dir": str(sshd.remote_dir),
-        },
-    }
+    body = sshd.job_body()
     assert ssh_client.post("/api/jobs", json=body).status_code == 201
 
     listing = ssh_client.get("/api/jobs/remote1/artifacts").json()

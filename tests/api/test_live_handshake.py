@@ -131,16 +131,7 @@ def test_an_ssh_job_streams_live_from_a_real_sshd(settings: Settings, sshd: SSHD
     )
     remote = sshd.remote_dir / "remote1_metrics.jsonl"
     append_steps(remote, range(3))
-    body = {
-        "job_id": "remote1",
-        "ssh": {
-            "host": sshd.host,
-            "port": sshd.port,
-            "username": sshd.username,
-            "key_path": str(sshd.key_path),
-            "remote_dir": str(sshd.remote_dir),
-        },
-    }
+    body = sshd.job_body()
     with live_server(trusting) as server:
         created = httpx.post(server.http_url("/api/jobs"), json=body, timeout=30)
         assert created.status_code == 201, created.text

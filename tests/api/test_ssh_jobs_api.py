@@ -26,18 +26,6 @@ def ssh_client(settings: Settings, sshd: SSHD) -> Iterator[TestClient]:
         yield client
 
 
-def ssh_body(sshd: SSHD, **overrides: object) -> dict[str, object]:
-    ssh = {
-        "host": sshd.host,
-        "port": sshd.port,
-        "username": sshd.username,
-        "key_path": str(sshd.key_path),
-        "remote_dir": str(sshd.remote_dir),
-    }
-    ssh.update(overrides)
-    return {"job_id": "remote1", "ssh": ssh}
-
-
 def append(sshd: SSHD, *steps: int, partial: bytes = b"") -> None:
     with (sshd.remote_dir / "remote1_metrics.jsonl").open("ab") as handle:
         for step in steps:
@@ -52,7 +40,7 @@ def test_a_remote_file_is_queryable_after_one_sync(ssh_client: TestClient, sshd:
         ' "anomaly_detected": false, "anomaly_reason": null}'
     )
 
-    created = ssh_client.post("/api/jobs", json=ssh_body(sshd))
+    created = ssh_client.post("/api/jobs", json=sshd.job_body())
     assert created.status_code == 201, created.text
     assert created.json()["ssh"]["host"] == sshd.host
     assert "password" not in created.text
@@ -73,7 +61,7 @@ def test_a_remote_file_is_queryable_after_one_sync(ssh_client: TestClient, sshd:
 def test_an_unknown_host_key_is_refused_at_registration(settings: Settings, sshd: SSHD) -> None:
     untrusting = settings.model_copy(update={"ssh_key_dir": sshd.key_dir})
     with TestClient(create_app(untrusting)) as client:
-        response = client.post("/api/jobs", json=ssh_body(sshd))
+        response = client.post("/api/jobs", json=sshd.job_body())
         assert response.status_code == 422
         assert response.json()["code"] == "invalid_source"
         assert "host key" in response.json()["detail"].lower()
@@ -85,7 +73,7 @@ def test_a_key_outside_the_key_dir_is_refused(
 ) -> None:
     elsewhere = tmp_path_factory.mktemp("elsewhere") / "id_ed25519"
     elsewhere.write_bytes(sshd.key_path.read_bytes())
-    response = ssh_client.post("/api/jobs", json=ssh_body(sshd, key_path=str(elsewhere)))
+    response = ssh_client.post("/api/jobs", json=sshd.job_body(key_path=str(elsewhere)))
     assert response.status_code == 422 and response.json()["code"] == "invalid_source"
 
 
@@ -93,7 +81,7 @@ def test_an_unreachable_host_is_503_on_sync_and_recovers(
     ssh_client: TestClient, sshd: SSHD
 ) -> None:
     append(sshd, 0, 1)
-    assert ssh_client.post("/api/jobs", json=ssh_body(sshd)).status_code == 201
+    assert ssh_client.post("/api/jobs", json=sshd.job_body()).status_code == 201
     assert ssh_client.post("/api/monitoring/remote1/metrics/sync").json()["new_metrics"] == 2
 
     sshd.stop()

@@ -35,6 +35,9 @@ NONFINITE_NAMES: Final = ("NaN", "Infinity", "-Infinity")
 _NONFINITE_VALUES: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
+_SERIES_GROUPS: Final = (*GROUP_FIELDS, *FREE_GROUPS)
+
+
 def series_values(record: Mapping[str, Any]) -> dict[str, float | int]:
     """Every number of a record as ``{"group.field": value}`` (NaN/inf included).
 
@@ -42,7 +45,7 @@ def series_values(record: Mapping[str, Any]) -> dict[str, float | int]:
     come out as floats. Booleans and non-numbers are not series.
     """
     values: dict[str, float | int] = {}
-    for group in (*GROUP_FIELDS, *FREE_GROUPS):
+    for group in _SERIES_GROUPS:
         _collect(values, group, record.get(group))
     other = record.get("other")
     if isinstance(other, Mapping):
@@ -60,9 +63,6 @@ def _collect(out: dict[str, float | int], group: str, fields: Any) -> None:
             out[f"{group}.{name}"] = value
         elif kind is str and value in _NONFINITE_VALUES:
             out[f"{group}.{name}"] = _NONFINITE_VALUES[value]
-
-
-SERIES_GROUPS: Final = (*GROUP_FIELDS, *FREE_GROUPS)
 
 
 _NUMBER_KINDS: Final = frozenset({float, int})
@@ -225,7 +225,7 @@ class Bucket:
         work per value, only per group and series.
         """
         pairs = list(records)
-        columns = series_columns([record for _, record in pairs], SERIES_GROUPS)
+        columns = series_columns([record for _, record in pairs], _SERIES_GROUPS)
         if columns is None:
             bucket = cls(pairs[0][0], pairs[0][0])
             for step, record in pairs:
