@@ -146,6 +146,44 @@ def test_an_exception_inside_a_stage_is_timed_and_reaches_the_caller() -> None:
     assert timer.collect() == pytest.approx({"update": 0.3, "next": 0.1})
 
 
+def test_a_recursive_decorated_function_nests_under_itself() -> None:
+    clock = FakeClock()
+    timer = StageTimer(clock=clock)
+
+    @timer.stage("search")
+    def search(depth: int) -> None:
+        clock.advance(1.0)
+        if depth:
+            search(depth - 1)
+
+    search(2)
+    assert timer.collect() == {"search": 3.0, "search/search": 2.0, "search/search/search": 1.0}
+
+
+def test_coroutines_interleaving_on_one_thread_each_get_their_own_time() -> None:
+    clock = FakeClock()
+    timer = StageTimer(clock=clock)
+
+    @timer.stage("fetch")
+    async def fetch(seconds_before: float, seconds_after: float) -> None:
+        clock.advance(seconds_before)
+        await asyncio.sleep(0)  # the other coroutine runs here, its stage open too
+        clock.advance(seconds_after)
+
+    async def both() -> None:
+        await asyncio.gather(fetch(1.0, 10.0), fetch(100.0, 1000.0))
+
+    asyncio.run(both())
+    # The second call opened while the first was open on the same thread, so
+    # it is named as nested. The first leaves first, its stage no longer on
+    # top of the thread's stack: it is taken off from below, not left there
+    # for every later stage to nest under.
+    assert timer.collect() == {"fetch": 1.0 + 100.0 + 10.0, "fetch/fetch": 100.0 + 10.0 + 1000.0}
+    with timer.stage("after"):  # nothing was left open on the stack
+        clock.advance(1.0)
+    assert timer.collect() == {"after": 1.0}
+
+
 def test_summary_has_count_mean_p50_p95_and_total_per_stage() -> None:
     clock = FakeClock()
     timer = StageTimer(clock=clock)

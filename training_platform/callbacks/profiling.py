@@ -33,7 +33,7 @@ from typing import Any
 
 from training_platform.callbacks.memory import MemoryMonitor, MemorySnapshot
 from training_platform.callbacks.platform_callback import default_output_dir
-from training_platform.callbacks.stage_timer import Stage, StageStats, StageTimer
+from training_platform.callbacks.stage_timer import FOLD_EVERY, Stage, StageStats, StageTimer
 from training_platform.callbacks.stats import finite_or_none
 from training_platform.callbacks.torch_trace import TorchTraceRecorder, TraceSchedule
 from training_platform.callbacks.wire import validate_job_id
@@ -94,8 +94,10 @@ class StepProfiler:
     (``step_time``, ``tokens_per_second`` when tokens were counted,
     ``gpu_memory_allocated`` GiB on a GPU), ``extra`` (``profiling/*``: samples/s,
     per-device reserved/peak, RSS, memory growth) and ``anomalies``
-    (``memory_leak``) when one fired. `memory` takes a configured `MemoryMonitor`
-    (leak window and thresholds), True for the defaults, or False. Without a
+    (``memory_leak``) when one fired. ``profiler.stage("rollout")`` is a
+    context manager and a decorator timing a stage (`StageTimer.stage`).
+    `memory` takes a configured `MemoryMonitor` (leak window and
+    thresholds), True for the defaults, or False. Without a
     `job_id` nothing is written to disk (and `trace` is refused). Each part
     that fails is logged once and switched off; `on_step_end` never raises.
     """
@@ -120,6 +122,9 @@ class StepProfiler:
             profile_dir(output_dir or default_output_dir(), job_id) if job_id else None
         )
         self.timer = StageTimer(cuda_sync=cuda_sync, clock=clock, summary_window=summary_window)
+        # The timer's own method, bound here rather than wrapped: a wrapper would
+        # be one more Python call around every stage of every step.
+        self.stage = self.timer.stage
         self.throughput = ThroughputMeter(throughput_window)
         if isinstance(memory, MemoryMonitor):
             self.memory: MemoryMonitor | None = memory
@@ -135,6 +140,7 @@ class StepProfiler:
         self._clock = clock
         self._summary_interval = summary_interval_s
         self._step_time = StageStats(summary_window)
+        self._unfolded_step_times: list[float] = []
         self._step_begin: float | None = None
         self._last_end: float | None = None
         self._samples = 0
@@ -145,9 +151,7 @@ class StepProfiler:
 
     # -- what the training loop calls -------------------------------------------------
 
-    def stage(self, name: str) -> Stage:
-        """``with profiler.stage("rollout"):`` or ``@profiler.stage("rollout")``."""
-        return self.timer.stage(name)
+    stage: Callable[[str], Stage]  # set in __init__: ``with profiler.stage("rollout"):``
 
     def add_batch(self, samples: int = 0, tokens: int = 0) -> None:
         """Count work done in the current step (for samples/s and tokens/s)."""
@@ -188,8 +192,13 @@ class StepProfiler:
         performance: dict[str, float] = {}
         extra: dict[str, float] = {}
         if begin is not None:
-            performance["step_time"] = now - begin
-            self._step_time.add(now - begin)
+            step_time = performance["step_time"] = now - begin
+            # Into the run-long statistics in batches (`_fold_step_times`):
+            # a list append per step rather than a method call.
+            unfolded = self._unfolded_step_times
+            unfolded.append(step_time)
+            if len(unfolded) >= FOLD_EVERY:
+                self._fold_step_times()
         if interval is not None:
             samples_rate, tokens_rate = self.throughput.record(
                 interval, self._samples, self._tokens
@@ -225,8 +234,13 @@ class StepProfiler:
 
     # -- summaries and shutdown ---------------------------------------------------------
 
+    def _fold_step_times(self) -> None:
+        self._step_time.extend(self._unfolded_step_times)
+        self._unfolded_step_times = []
+
     def summary(self) -> dict[str, Any]:
         """What `stage_times.json` holds (see docs/profiling.md)."""
+        self._fold_step_times()
         memory = self.memory
         return {
             "job_id": self.job_id,
