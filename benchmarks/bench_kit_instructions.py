@@ -9,7 +9,8 @@ instruction count does not: valgrind's cachegrind counts the same total for
 the same code and inputs whatever else the machine is doing. Each scenario
 runs twice in a child process, once with 0 and once with `--steps` steps
 after the same warm-up; the difference over the steps is the cost of one
-step, interpreter start and imports cancelling out. Instructions are not
+step, interpreter start and imports cancelling out (the cyclic GC is off
+and the hash seed fixed, so that repeated runs agree within ~1 %). Instructions are not
 time (the cold-cache cost after a real training step is `bench_profiling`'s
 figure), but fewer instructions and Python calls is what makes that cheaper.
 
@@ -26,6 +27,7 @@ Scenarios (the kit has no torch in it: none is imported):
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import subprocess
@@ -77,6 +79,9 @@ def child(scenario: str, steps: int) -> None:
         profiler.on_step_end(step)
 
     run: Callable[[int], None] = locals()[scenario]
+    # Collections of the cyclic GC land at points that vary with what the
+    # interpreter allocated at start-up: they would blur the counts.
+    gc.disable()
     for step in range(WARMUP + steps):
         run(step)
         if scenario in ("with_stage", "decorated_stage") and step % 1000 == 0:

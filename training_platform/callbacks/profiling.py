@@ -56,12 +56,16 @@ class ThroughputMeter:
     work over total time in the window, which weights long steps correctly.
     """
 
+    __slots__ = ("_marks", "_samples", "_seconds", "_tokens")
+
     def __init__(self, window: int = 10) -> None:
         if window < 1:
             raise ValueError("throughput window must be >= 1 step")
-        self._window = window
-        self._steps: deque[tuple[float, int, int]] = deque()
-        # Running totals: no re-summing the window every step.
+        # Run totals (seconds, samples, tokens) at the end of each of the last
+        # `window` steps and at the step before them: the window's work is the
+        # newest totals minus the oldest. One append per step; the bounded
+        # deque drops the oldest by itself.
+        self._marks: deque[tuple[float, int, int]] = deque([(0.0, 0, 0)], maxlen=window + 1)
         self._seconds = 0.0
         self._samples = 0
         self._tokens = 0
@@ -70,21 +74,18 @@ class ThroughputMeter:
         self, seconds: float, samples: int, tokens: int
     ) -> tuple[float | None, float | None]:
         """Add one step; returns (samples/s, tokens/s), None where no work was counted."""
-        self._steps.append((seconds, samples, tokens))
-        self._seconds += seconds
-        self._samples += samples
-        self._tokens += tokens
-        if len(self._steps) > self._window:
-            old_seconds, old_samples, old_tokens = self._steps.popleft()
-            self._seconds -= old_seconds
-            self._samples -= old_samples
-            self._tokens -= old_tokens
-        if self._seconds <= 0.0:
+        total_seconds = self._seconds = self._seconds + seconds
+        total_samples = self._samples = self._samples + samples
+        total_tokens = self._tokens = self._tokens + tokens
+        marks = self._marks
+        marks.append((total_seconds, total_samples, total_tokens))
+        first_seconds, first_samples, first_tokens = marks[0]
+        elapsed = total_seconds - first_seconds
+        if elapsed <= 0.0:
             return None, None
-        return (
-            self._samples / self._seconds if self._samples else None,
-            self._tokens / self._seconds if self._tokens else None,
-        )
+        samples = total_samples - first_samples
+        tokens = total_tokens - first_tokens
+        return (samples / elapsed if samples else None, tokens / elapsed if tokens else None)
 
 
 class StepProfiler:
