@@ -237,12 +237,16 @@ class StageTimer:
         """The stage seconds accumulated since the last call; they also enter the summary."""
         times: dict[str, float] = {}
         finished = self._finished
-        # Only this method takes from the queue, so the `len` entries there now
-        # can be popped without a check each (no IndexError at the end either);
-        # a stage ending meanwhile counts now or at the next call.
-        for _ in range(len(finished)):
-            path, seconds = finished.popleft()
-            times[path] = times.get(path, 0.0) + seconds
+        # Pop the `len` entries there now rather than until IndexError: raising
+        # it at the end of every step cost more than the loop. A stage ending
+        # meanwhile counts now or at the next call; the `except` only serves
+        # two threads collecting at once (each entry still goes to one of them).
+        try:
+            for _ in range(len(finished)):
+                path, seconds = finished.popleft()
+                times[path] = times.get(path, 0.0) + seconds
+        except IndexError:
+            pass
         if times:
             # The run-long statistics are folded in batches (`_fold`): per
             # step that is one append instead of a lookup and update per stage.
