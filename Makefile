@@ -19,7 +19,7 @@ test:
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy training_platform
+	.venv/bin/mypy training_platform benchmarks
 
 format:
 	.venv/bin/ruff check --fix .

@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +138,7 @@ def bench(name: str, url: str, steps: int, points: int, repeat: int) -> None:
     migrate_to_head(engine)
     factory = make_session_factory(engine)
     ensure_run(factory, steps)
-    settings = Settings(
-        DATABASE_URL=url, PLATFORM_POLL_INTERVAL=0, PLATFORM_METRICS_DIR="/nonexistent"
-    )
+    settings = Settings(database_url=url, poll_interval=0, metrics_dir=Path("/nonexistent"))
     with TestClient(create_app(settings)) as client:
         path = f"/api/monitoring/{JOB}/metrics?max_points={points}"
         client.get(path)  # warm: connection pool, caches
@@ -162,7 +161,7 @@ def bench(name: str, url: str, steps: int, points: int, repeat: int) -> None:
         ("query only, zoom into half", steps // 4, steps // 4 * 3),
         ("query only, zoom into 1,000 steps (exact)", steps // 2, steps // 2 + 999),
     ):
-        best, median, body = timed(lambda lo=lo, hi=hi: query(lo, hi), repeat)
+        best, median, body = timed(partial(query, lo, hi), repeat)
         kind = "buckets" if body["downsampled"] else "exact"
         print(f"{label}: best {ms(best)}, median {ms(median)}  ({body['count']} {kind})")
 
@@ -189,7 +188,7 @@ def bench(name: str, url: str, steps: int, points: int, repeat: int) -> None:
         for rollups in (False, True):
             batch = [record(tail + i, rng) for i in range(size)]
             tail += size + FANOUT_GAP
-            best, _, _ = timed(lambda b=batch, r=rollups: ingest(factory, b, r), 1)
+            best, _, _ = timed(partial(ingest, factory, batch, rollups), 1)
             costs[rollups] = best
         print(
             f"ingest a {size:,}-record batch: rows only {ms(costs[False])}, rows + rollups "

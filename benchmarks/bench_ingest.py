@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from unittest.mock import patch
 
@@ -220,7 +221,7 @@ def bench_postgres(path: Path, records: int, rounds: int) -> None:
                 with engine.connect() as connection:
                     cursor = connection.connection.driver_connection.cursor()
                     if label == "executemany":
-                        elapsed = timed(lambda c=cursor: c.executemany(insert_sql("%s"), rows))
+                        elapsed = timed(partial(cursor.executemany, insert_sql("%s"), rows))
                     else:
                         columns = ", ".join(f'"{key}"' for key in ROW_KEYS)
 
@@ -263,9 +264,7 @@ def bench_incremental(work: Path, big_lines: int, rounds: int = 15) -> None:
     for round_ in range(rounds):
         for size, path, factory, reader in setups:
             write_jsonl(path, size + 100 * round_, 100)
-            samples[size].append(
-                timed(lambda r=reader, f=factory: sync_metrics_from_file(f, JOB, r))
-            )
+            samples[size].append(timed(partial(sync_metrics_from_file, factory, JOB, reader)))
     for *_, reader in setups:
         reader.close()
     small, big = (statistics.median(samples[size]) for size, *_ in setups)
