@@ -214,6 +214,17 @@ def test_throughput_is_total_work_over_total_time_in_the_window() -> None:
     assert meter.record(1.0, samples=40, tokens=400) == (12.5, 125.0)
 
 
+def test_throughput_stays_exact_over_a_long_run() -> None:
+    meter = ThroughputMeter(window=5)
+    for _ in range(200_000):  # a long run: the totals grow, the window's rate must not drift
+        rates = meter.record(0.1, samples=7, tokens=0)
+    assert rates[0] == pytest.approx(70.0, rel=1e-9)
+    # A change in pace shows fully once the window has passed.
+    for _ in range(5):
+        rates = meter.record(0.2, samples=7, tokens=0)
+    assert rates[0] == pytest.approx(35.0, rel=1e-9)
+
+
 def test_throughput_is_none_when_no_work_was_counted() -> None:
     meter = ThroughputMeter(window=3)
     assert meter.record(1.0, samples=0, tokens=0) == (None, None)
