@@ -35,6 +35,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from training_platform.callbacks.profiling import StepProfiler
 
 SCENARIOS = ("empty", "with_stage", "decorated_stage", "hooks", "bench_step")
 WARMUP = 300
@@ -49,9 +53,14 @@ def child(scenario: str, steps: int) -> None:
     if not Path(training_platform.__file__).resolve().is_relative_to(tree):
         sys.exit(f"training_platform came from {training_platform.__file__}, not {tree}")
 
-    # memory=False: a memory sample is due by the clock, so under valgrind
-    # (~50x slower) it would run every step instead of every ~20.
-    profiler = StepProfiler("count", Path(tempfile.mkdtemp()), memory=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        # memory=False: a memory sample is due by the clock, so under valgrind
+        # (~50x slower) it would run every step instead of every ~20.
+        run_scenario(StepProfiler("count", tmp, memory=False), scenario, steps)
+
+
+def run_scenario(profiler: StepProfiler, scenario: str, steps: int) -> None:
+    """The loop valgrind counts: the scenario's work, WARMUP + `steps` times."""
     forward = profiler.stage("policy_forward")(lambda: None)
     optimizer_step = profiler.stage("optimizer")(lambda: None)
 
@@ -78,7 +87,14 @@ def child(scenario: str, steps: int) -> None:
         profiler.add_batch(samples=64, tokens=400)
         profiler.on_step_end(step)
 
-    run: Callable[[int], None] = locals()[scenario]
+    scenarios: dict[str, Callable[[int], None]] = {
+        "empty": empty,
+        "with_stage": with_stage,
+        "decorated_stage": decorated_stage,
+        "hooks": hooks,
+        "bench_step": bench_step,
+    }
+    run = scenarios[scenario]
     # Collections of the cyclic GC land at points that vary with what the
     # interpreter allocated at start-up: they would blur the counts.
     gc.disable()

@@ -182,6 +182,11 @@ def block_differences(times: dict[str, list[float]], arm: str) -> list[float]:
     ]
 
 
+def null_differences(times: dict[str, list[float]]) -> list[float]:
+    """Per block: the null step minus the off step (the same code: the error bar)."""
+    return [null - off for off, null in zip(times["off"], times["null"], strict=True)]
+
+
 def part_costs(times: dict[str, list[float]]) -> dict[str, float]:
     """µs each arm adds over the off and null arms (median of per-block differences)."""
     figures = {
@@ -189,8 +194,7 @@ def part_costs(times: dict[str, list[float]]) -> dict[str, float]:
         for arm in times
         if arm not in ("off", "null")
     }
-    null = [null - off for off, null in zip(times["off"], times["null"], strict=True)]
-    return {"null A/A": statistics.median(null) * 1e6, **figures}
+    return {"null A/A": statistics.median(null_differences(times)) * 1e6, **figures}
 
 
 STAGES = ("rollout", "reward", "advantage", "update_actor", "optimizer")
@@ -289,9 +293,7 @@ def ab_figures(times: dict[str, list[float]]) -> dict[str, float]:
     # Standard error of a median: 1.253 sigma / sqrt(n), sigma from the IQR.
     spread = statistics.quantiles(differences, n=4)
     standard_error = 1.253 * (spread[2] - spread[0]) / 1.349 / len(differences) ** 0.5
-    null = statistics.median(
-        [null - off for off, null in zip(times["off"], times["null"], strict=True)]
-    )
+    null = statistics.median(null_differences(times))
     return {
         "median_off_cpu_ms": baseline * 1e3,
         "median_on_cpu_ms": on * 1e3,

@@ -33,7 +33,7 @@ from typing import Any
 
 from training_platform.callbacks.memory import MemoryMonitor, MemorySnapshot
 from training_platform.callbacks.platform_callback import default_output_dir
-from training_platform.callbacks.stage_timer import FOLD_EVERY, Stage, StageStats, StageTimer
+from training_platform.callbacks.stage_timer import Stage, StageStats, StageTimer
 from training_platform.callbacks.stats import finite_or_none
 from training_platform.callbacks.torch_trace import TorchTraceRecorder, TraceSchedule
 from training_platform.callbacks.wire import validate_job_id
@@ -141,7 +141,6 @@ class StepProfiler:
         self._clock = clock
         self._summary_interval = summary_interval_s
         self._step_time = StageStats(summary_window)
-        self._unfolded_step_times: list[float] = []
         self._step_begin: float | None = None
         self._last_end: float | None = None
         self._samples = 0
@@ -194,12 +193,7 @@ class StepProfiler:
         extra: dict[str, float] = {}
         if begin is not None:
             step_time = performance["step_time"] = now - begin
-            # Into the run-long statistics in batches (`_fold_step_times`):
-            # a list append per step rather than a method call.
-            unfolded = self._unfolded_step_times
-            unfolded.append(step_time)
-            if len(unfolded) >= FOLD_EVERY:
-                self._fold_step_times()
+            self._step_time.add(step_time)
         if interval is not None:
             samples_rate, tokens_rate = self.throughput.record(
                 interval, self._samples, self._tokens
@@ -235,13 +229,8 @@ class StepProfiler:
 
     # -- summaries and shutdown ---------------------------------------------------------
 
-    def _fold_step_times(self) -> None:
-        self._step_time.extend(self._unfolded_step_times)
-        self._unfolded_step_times = []
-
     def summary(self) -> dict[str, Any]:
         """What `stage_times.json` holds (see docs/profiling.md)."""
-        self._fold_step_times()
         memory = self.memory
         return {
             "job_id": self.job_id,

@@ -28,7 +28,7 @@ from training_platform.callbacks.stats import percentile
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
-FOLD_EVERY = 256  # collected steps per batch folded into the run-long statistics
+_FOLD_EVERY = 256  # collected steps per batch folded into the run-long statistics
 
 
 def cuda_synchronizer() -> Callable[[], None] | None:
@@ -67,11 +67,6 @@ class StageStats:
         self.count += 1
         self.total += seconds
         self.recent.append(seconds)
-
-    def extend(self, seconds: list[float]) -> None:
-        self.count += len(seconds)
-        self.total += sum(seconds)
-        self.recent.extend(seconds)
 
     def summary(self) -> dict[str, float]:
         ordered = sorted(self.recent)
@@ -251,7 +246,7 @@ class StageTimer:
             # The run-long statistics are folded in batches (`_fold`): per
             # step that is one append instead of a lookup and update per stage.
             self._unfolded.append(times.copy())  # the caller may merge into `times`
-            if len(self._unfolded) >= FOLD_EVERY:
+            if len(self._unfolded) >= _FOLD_EVERY:
                 self._fold()
         return times
 
