@@ -56,7 +56,7 @@ POSTGRES_URL = os.environ.get(
 
 
 def realistic_line(step: int) -> bytes:
-    """~20 scalars, as a PPO step logs them (DESIGN.md's example plus extras)."""
+    """~20 scalars, as a PPO step logs them (contract.md's example record plus extras)."""
     return encode_record(
         build_record(
             step,

@@ -48,13 +48,16 @@ if [ "$mode" = test ]; then
     start_postgres
 fi
 
-# The dashboard's chart library (uPlot) comes from the npm registry, pinned by
-# package-lock.json, and is served from training_platform/web/node_modules.
+# The browser assets (uPlot, Swagger UI, ReDoc) come from the npm registry,
+# pinned by package-lock.json. A source checkout serves them from
+# training_platform/web/node_modules; building a wheel copies them into it
+# (setup.py, docs/dashboard.md). npm is a build-time tool, never a run-time one.
 command -v npm >/dev/null || apt_install nodejs npm
 if [ ! -f training_platform/web/node_modules/.package-lock.json ] ||
     [ training_platform/web/package-lock.json -nt training_platform/web/node_modules/.package-lock.json ]; then
     log "installing the dashboard's npm packages"
-    npm ci --prefix training_platform/web --no-audit --no-fund --loglevel=error
+    # --ignore-scripts: only files are served, so no package's install script runs.
+    npm ci --prefix training_platform/web --ignore-scripts --no-audit --no-fund --loglevel=error
 fi
 
 if [ ! -x .venv/bin/python ]; then

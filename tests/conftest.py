@@ -26,6 +26,10 @@ from training_platform.settings import Settings
 
 pytest_plugins = ["tests.fixtures_sshd"]
 
+# Starlette's TestClient sends `Host: testserver`, which the server's Host check
+# (api/security.py) refuses unless allowed; tests that check Host set their own.
+os.environ.setdefault("PLATFORM_ALLOWED_HOSTS", "testserver")
+
 POSTGRES_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -34,7 +38,7 @@ BACKENDS = [
     for name in os.environ.get("TEST_DATABASES", "sqlite,postgresql").split(",")
     if name.strip()
 ]
-_TABLES = ("anomalies", "training_metrics", "sync_state", "jobs")
+_TABLES = ("anomalies", "training_metrics", "sync_state", "jobs", "deleted_jobs")
 
 
 class _PostgresServer:

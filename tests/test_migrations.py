@@ -29,7 +29,7 @@ from training_platform.core.database import (
 )
 from training_platform.settings import Settings
 
-TABLES = {"jobs", "training_metrics", "anomalies", "sync_state"}
+TABLES = {"jobs", "training_metrics", "anomalies", "sync_state", "deleted_jobs"}
 
 
 @pytest.fixture(params=BACKENDS)
@@ -121,3 +121,64 @@ def test_an_out_of_date_schema_is_refused_with_a_clear_message(empty_database_ur
             prepare_schema(engine, auto_migrate=True)
     finally:
         engine.dispose()
+
+
+def test_0003_adds_the_tombstones_table_and_keeps_existing_jobs(empty_database_url: str) -> None:
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0002")
+    engine = make_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected,"
+                    " created_at) VALUES ('run1', 'local', true, 'running', false, 1.0)"
+                )
+            )
+        assert "deleted_jobs" not in inspect(engine).get_table_names()
+
+        command.upgrade(config, "head")
+        command.upgrade(config, "head")  # twice is a no-op
+
+        assert "deleted_jobs" in inspect(engine).get_table_names()
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT job_id FROM jobs")).scalars().all() == ["run1"]
+        command.downgrade(config, "0002")
+        assert "deleted_jobs" not in inspect(engine).get_table_names()
+        assert "jobs" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def test_the_alembic_config_is_built_in_code_and_agrees_with_alembic_ini() -> None:
+    """A wheel has no alembic.ini: the code needs none, and says what the file says."""
+    from configparser import ConfigParser
+
+    from training_platform.core.database import REPO_MIGRATIONS, migrations_dir
+
+    config = alembic_config()
+    assert config.config_file_name is None
+    assert Path(config.get_main_option("script_location") or "") == migrations_dir()
+    ini = ConfigParser(interpolation=None)
+    ini.read(REPO_MIGRATIONS.parent / "alembic.ini")
+    assert ini["alembic"]["script_location"] == "%(here)s/migrations"
+    for option in ("path_separator", "file_template"):
+        in_ini = ini["alembic"][option].replace("%%", "%")
+        assert config.get_main_option(option) == in_ini, option
+
+
+def test_the_packaged_scripts_come_first_and_none_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training_platform.core import database
+
+    packaged = tmp_path / "_migrations"
+    monkeypatch.setattr(database, "PACKAGED_MIGRATIONS", packaged)
+    assert database.migrations_dir() == database.REPO_MIGRATIONS  # a source checkout
+    packaged.mkdir()
+    (packaged / "env.py").write_text("")
+    assert database.migrations_dir() == packaged  # a wheel
+    monkeypatch.setattr(database, "PACKAGED_MIGRATIONS", tmp_path / "none")
+    monkeypatch.setattr(database, "REPO_MIGRATIONS", tmp_path / "none")
+    with pytest.raises(database.MigrationsMissingError, match="reinstall the package"):
+        alembic_config()

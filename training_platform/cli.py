@@ -1,14 +1,27 @@
-"""The command line: `training-platform serve | migrate | sync | ...` (typer)."""
+"""The command line: `training-platform serve | migrate | sync | ...` (typer).
+
+A known error (unknown job, bad database URL, unreachable database, missing
+directory) is one line on stderr and exit status 1, never a traceback:
+`_known_errors` turns them into that. Anything else is a bug and keeps its
+traceback.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 
+from training_platform.errors import PlatformError
 from training_platform.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 app = typer.Typer(
     name="training-platform",
@@ -18,15 +31,78 @@ app = typer.Typer(
 )
 
 
-HostOption = Annotated[str | None, typer.Option(help="Bind address (env PLATFORM_HOST).")]
-PortOption = Annotated[int | None, typer.Option(help="Bind port (env PLATFORM_PORT).")]
-MetricsDirOption = Annotated[
-    Path | None, typer.Option(help="Metrics directory (env PLATFORM_METRICS_DIR).")
+def _default_of(name: str) -> str:
+    """A setting's default as `--help` shows it (the option's own default is None:
+    unset means "the environment variable, else the setting's default")."""
+    field = Settings.model_fields[name]
+    value = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
+    return str(value)
+
+
+HostOption = Annotated[
+    str | None,
+    typer.Option(help="Bind address (env PLATFORM_HOST).", show_default=_default_of("host")),
 ]
-DatabaseUrlOption = Annotated[str | None, typer.Option(help="Database URL (env DATABASE_URL).")]
+PortOption = Annotated[
+    int | None,
+    typer.Option(help="Bind port (env PLATFORM_PORT).", show_default=_default_of("port")),
+]
+MetricsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Metrics directory (env PLATFORM_METRICS_DIR).",
+        show_default=_default_of("metrics_dir"),
+    ),
+]
+DatabaseUrlOption = Annotated[
+    str | None,
+    typer.Option(help="Database URL (env DATABASE_URL).", show_default=_default_of("database_url")),
+]
 
 
-def _run_server(settings: Settings, log_level: str) -> None:
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__
+
+
+@contextlib.contextmanager
+def _known_errors(database_url: str | None = None) -> Iterator[None]:
+    """Known errors as one line on stderr and exit status 1."""
+    from alembic.util.exc import CommandError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    where = ""
+    if database_url is not None:
+        with contextlib.suppress(Exception):
+            where = f" at {make_url(database_url).render_as_string(hide_password=True)}"
+    try:
+        yield
+    except PlatformError as exc:
+        _fail(str(exc))
+    except ArgumentError as exc:  # NoSuchModuleError too: an unknown dialect
+        _fail(f"bad database URL {database_url!r}: {_first_line(exc)}")
+    except DBAPIError as exc:  # unreachable server, refused login, unwritable file, ...
+        _fail(f"cannot use the database{where}: {_first_line(exc)}")
+    except CommandError as exc:
+        _fail(f"migration failed: {_first_line(exc)}")
+
+
+def _open_engine(url: str) -> Engine:
+    from training_platform.core.database import make_engine
+
+    try:
+        return make_engine(url)
+    except ModuleNotFoundError as exc:  # e.g. mysql:// without its driver
+        _fail(f"bad database URL {url!r}: its driver is not installed ({exc})")
+
+
+def _run_server(settings: Settings, log_level: str, *, access_log: bool = True) -> None:
     import uvicorn
 
     from training_platform.api.main import create_app
@@ -40,13 +116,24 @@ def _run_server(settings: Settings, log_level: str) -> None:
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        **uvicorn_ws_options(settings),  # heartbeats, client message cap, no deflate
+        access_log=access_log,
+        **uvicorn_ws_options(settings),  # heartbeats, client message cap, bounded closes
+        # A backstop for SIGTERM: requests still running this long after it are
+        # cancelled (stalled WebSockets are already reset within 2 s).
+        timeout_graceful_shutdown=10,
     )
 
 
 def _settings(**overrides: Any) -> Settings:
     values = {key: value for key, value in overrides.items() if value is not None}
-    return Settings(**values)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or 'settings'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        _fail(f"invalid settings: {problems}")
 
 
 @app.command()
@@ -55,7 +142,7 @@ def serve(
     port: PortOption = None,
     metrics_dir: MetricsDirOption = None,
     database_url: DatabaseUrlOption = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.", show_default=True)] = "info",
 ) -> None:
     """Start the API server, dashboard and live pipeline in this process."""
     settings = _settings(
@@ -64,7 +151,20 @@ def serve(
         PLATFORM_METRICS_DIR=metrics_dir,
         DATABASE_URL=database_url,
     )
+    _check_database(settings.database_url)
     _run_server(settings, log_level)
+
+
+def _check_database(url: str) -> None:
+    """Connect once before starting: a bad URL or a database that is down is one
+    line here, rather than a traceback from inside the server's startup."""
+    with _known_errors(url):
+        engine = _open_engine(url)
+        try:
+            with engine.connect():
+                pass
+        finally:
+            engine.dispose()
 
 
 @app.command()
@@ -72,16 +172,17 @@ def migrate(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Upgrade the database schema to the newest revision (a no-op when current)."""
-    from training_platform.core.database import current_revision, make_engine, migrate_to_head
+    from training_platform.core.database import current_revision, migrate_to_head
 
     settings = _settings(DATABASE_URL=database_url)
-    engine = make_engine(settings.database_url)
-    try:
-        before = current_revision(engine)
-        migrate_to_head(engine)
-        after = current_revision(engine)
-    finally:
-        engine.dispose()
+    with _known_errors(settings.database_url):
+        engine = _open_engine(settings.database_url)
+        try:
+            before = current_revision(engine)
+            migrate_to_head(engine)
+            after = current_revision(engine)
+        finally:
+            engine.dispose()
     if before == after:
         typer.echo(f"database already at revision {after}")
     else:
@@ -97,26 +198,42 @@ def sync(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Discover jobs and ingest new lines once, without starting the server."""
-    from training_platform.core.database import make_engine, make_session_factory, prepare_schema
+    from training_platform.core.database import make_session_factory, prepare_schema
     from training_platform.core.live_hub import LiveHub
 
     settings = _settings(PLATFORM_METRICS_DIR=metrics_dir, DATABASE_URL=database_url)
-    engine = make_engine(settings.database_url)
-    # The hub's service runs the platform's diagnosis after each commit, as the
-    # server does; no event loop is needed for that.
-    service = LiveHub.create(make_session_factory(engine), settings).service
-    try:
-        prepare_schema(engine, auto_migrate=settings.auto_migrate)
-        outcomes = {job_id: service.sync_job(job_id)} if job_id is not None else service.poll_once()
-        for name, outcome in sorted(outcomes.items()):
-            result = outcome.result
-            typer.echo(
-                f"{name}: {result.new_metrics} new records, {result.lines_malformed} malformed "
-                f"and {result.lines_oversized} oversized lines skipped, offset {result.offset}"
-            )
-    finally:
-        service.close()
-        engine.dispose()
+    directory = settings.metrics_dir
+    if not directory.is_dir():
+        # Named on purpose: a typo must not pass as "nothing new".
+        if metrics_dir is not None:
+            _fail(f"metrics directory {str(directory)!r} does not exist")
+        typer.echo(
+            f"note: metrics directory {str(directory)!r} does not exist; "
+            "only registered jobs are synced",
+            err=True,
+        )
+    with _known_errors(settings.database_url):
+        engine = _open_engine(settings.database_url)
+        # The hub's service runs the platform's diagnosis after each commit, as the
+        # server does; no event loop is needed for that.
+        service = LiveHub.create(make_session_factory(engine), settings).service
+        try:
+            prepare_schema(engine, auto_migrate=settings.auto_migrate)
+            if job_id is not None:
+                outcomes = {job_id: service.sync_job(job_id)}
+            else:
+                outcomes = service.poll_once()
+        finally:
+            service.close()
+            engine.dispose()
+    if not outcomes:
+        typer.echo(f"no jobs: none registered and none in {str(directory)!r}")
+    for name, outcome in sorted(outcomes.items()):
+        result = outcome.result
+        typer.echo(
+            f"{name}: {result.new_metrics} new records, {result.lines_malformed} malformed "
+            f"and {result.lines_oversized} oversized lines skipped, offset {result.offset}"
+        )
 
 
 @app.command()
@@ -135,10 +252,10 @@ def demo(
     ] = 400,
 ) -> None:
     """Serve the platform (embedded SQLite by default) with a live demo GRPO run."""
-    import signal
-    import subprocess
     import sys
     import time
+
+    from training_platform.demo.launcher import DemoTrainer
 
     settings = _settings(
         PLATFORM_HOST=host,
@@ -156,21 +273,17 @@ def demo(
     if lr_spike_at:
         command += ["--lr-spike-at", str(lr_spike_at)]
     # A separate process, as a real trainer would be: its CPU work never
-    # competes with the server's event loop for the GIL.
-    trainer = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    # competes with the server's event loop for the GIL. DemoTrainer filters
+    # the profiler's chatter from its output and reaps it when the run ends.
+    trainer = DemoTrainer(command)
     url = f"http://{settings.host}:{settings.port}"
     typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
     typer.echo(f"  demo run {job_id!r} writes to {settings.metrics_dir}; Ctrl-C stops both.\n")
     try:
-        _run_server(settings, "info")
+        # No access log: the dashboard polls, and a line per request buries the rest.
+        _run_server(settings, "info", access_log=False)
     finally:
-        # SIGINT, not SIGTERM: the trainer sees KeyboardInterrupt, so its status
-        # file says "stopped" instead of staying "running" forever.
-        trainer.send_signal(signal.SIGINT)
-        try:
-            trainer.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            trainer.kill()
+        trainer.stop()  # SIGINT: the run ends "stopped", not "running" forever
 
 
 def _register_tools() -> None:

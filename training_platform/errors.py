@@ -12,7 +12,7 @@ class PlatformError(Exception):
 
 
 class InvalidJobIdError(PlatformError, ValueError):
-    """A job id that does not match DESIGN.md's pattern (it becomes part of file paths)."""
+    """A job id that breaks the pattern of docs/contract.md §3 (it becomes part of file paths)."""
 
 
 class RecordError(PlatformError, ValueError):

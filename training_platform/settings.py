@@ -64,6 +64,14 @@ class Settings(BaseSettings):
         validation_alias="PLATFORM_SSH_TIMEOUT",
         description="Seconds allowed for every SSH connect and SFTP call.",
     )
+    follow_symlinks: bool = Field(
+        default=False,
+        validation_alias="PLATFORM_FOLLOW_SYMLINKS",
+        description="Read a job's metrics and status files even when they are symbolic "
+        "links (which may lead anywhere the server can read). Off: a link is refused and "
+        "the job's last_sync_error says so. Profiling artifacts are never served through "
+        "a link, whatever this says.",
+    )
     max_line_bytes: int = Field(
         default=1 << 20,
         ge=1024,
@@ -75,6 +83,13 @@ class Settings(BaseSettings):
         ge=4096,
         validation_alias="PLATFORM_SYNC_BATCH_BYTES",
         description="Bytes read and committed per transaction while catching up a file.",
+    )
+    sync_request_budget: float = Field(
+        default=2.0,
+        gt=0,
+        validation_alias="PLATFORM_SYNC_REQUEST_BUDGET",
+        description="Seconds of ingestion one POST .../metrics/sync may spend before it "
+        "answers (at_eof false, bytes_remaining); the background sync carries on.",
     )
     poll_interval: float = Field(
         default=1.0,
@@ -140,6 +155,14 @@ class Settings(BaseSettings):
         "WebSockets; same-origin pages and clients that send no Origin (not browsers) are "
         "always allowed; '*' allows any. CORS does not cover WebSocket upgrades.",
     )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="PLATFORM_ALLOWED_HOSTS",
+        description="Comma-separated host names (the Host header, without port) this server "
+        "answers besides IP addresses, localhost, this machine's names and PLATFORM_HOST; "
+        "'*.example.com' allows subdomains, '*' any host (behind a proxy that checks Host). "
+        "Stops DNS-rebinding pages from reading the API (docs/platform.md).",
+    )
     ws_ping_interval: float = Field(
         default=20.0,
         ge=0,
@@ -160,6 +183,25 @@ class Settings(BaseSettings):
         "Off by default: compression runs once per client per message, which at hundreds "
         "of clients costs more CPU than the bandwidth it saves (see docs/live.md).",
     )
+    live_status_interval: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        validation_alias="PLATFORM_LIVE_STATUS_INTERVAL",
+        description="Seconds between a job's progress-only status messages on the live "
+        "stream (current_step moving): at most one per job per interval, built once for all "
+        "clients; a change of status, total_steps or the anomaly flag or reason goes out at once. "
+        "0 sends every change.",
+    )
+    live_job_wait: float = Field(
+        default=120.0,
+        ge=0,
+        le=3600,
+        validation_alias="PLATFORM_LIVE_JOB_WAIT",
+        description="Seconds a live WebSocket for a valid but not yet known job id stays open "
+        'waiting for the job\'s files to appear (it is sent {"type": "waiting"}); after that '
+        "it closes with job_not_found. 0 refuses unknown jobs at once.",
+    )
     history_page_size: int = Field(
         default=500,
         ge=1,
@@ -167,6 +209,25 @@ class Settings(BaseSettings):
         validation_alias="PLATFORM_HISTORY_PAGE_SIZE",
         description="Records per query when a live client backfills (since_step) or a "
         "playback reads history: neither ever loads a whole run.",
+    )
+    history_max_response_bytes: int = Field(
+        default=32 << 20,
+        ge=4 << 20,
+        le=1 << 30,
+        validation_alias="PLATFORM_HISTORY_MAX_RESPONSE_BYTES",
+        description="Largest body GET .../metrics answers, whatever its parameters. A page "
+        "of records ends early (truncated: true, next_start_step says where to go on); a "
+        "?max_points= answer leaves out the series that do not fit (truncated: true, "
+        "series_omitted names them; ask for them with fields=).",
+    )
+    history_max_series: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        validation_alias="PLATFORM_HISTORY_MAX_SERIES",
+        description="Most series one ?max_points= answer holds, in name order; the rest "
+        "are listed in series_omitted (bounds the work and memory of a run that logs "
+        "thousands of distinct keys).",
     )
     playback_interval: float = Field(
         default=0.1,
@@ -191,13 +252,15 @@ class Settings(BaseSettings):
         default=50,
         ge=1,
         validation_alias="PLATFORM_DIAGNOSTICS_LOSS_PATIENCE",
-        description="Steps without a new best total loss before a loss_plateau warning.",
+        description="Steps a loss (total, policy or value) may stay frozen, or the blocks "
+        "over which a falling loss must keep falling, before a loss_plateau warning "
+        "(docs/trainer.md, Detectors).",
     )
     diagnostics_disabled: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         validation_alias="PLATFORM_DIAGNOSTICS_DISABLED",
         description="Comma-separated anomaly types the platform does not look for "
-        "(e.g. loss_plateau for GRPO, whose loss does not 'improve').",
+        "(e.g. reward_hacking for a run whose reward is meant to climb fast).",
     )
     diagnostics_warmup_records: int = Field(
         default=500,
@@ -251,7 +314,7 @@ class Settings(BaseSettings):
         description="Seconds before the first webhook retry; doubled for each next one.",
     )
 
-    @field_validator("ws_allowed_origins", "diagnostics_disabled", mode="before")
+    @field_validator("ws_allowed_origins", "allowed_hosts", "diagnostics_disabled", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):

@@ -80,8 +80,13 @@ def test_a_missing_or_wrong_token_is_refused_when_one_is_configured(
 def test_bad_requests_get_an_error_message_and_a_policy_close(
     settings: Settings, run1: Path, path: str, code: str, words: str
 ) -> None:
-    with live_server(live_settings(settings)) as server, open_ws(server.ws_url(path)) as ws:
+    # An unknown but valid job id is waited for (briefly here) before it is refused.
+    waiting = live_settings(settings, live_job_wait=0.3)
+    with live_server(waiting) as server, open_ws(server.ws_url(path)) as ws:
         error = receive(ws)
+        if code == "job_not_found":
+            assert error == {"type": "waiting", "job_id": "nope", "timeout": 0.3}
+            error = receive(ws)
         close, reason = close_code(ws)
 
     assert error["type"] == "error" and error["code"] == code

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from training_platform.callbacks.wire import build_record, encode_record
+from training_platform.core.metrics_query import merge_incidents
 
 # Written as a person would, in the contract's format (long lines on purpose).
 HAND_WRITTEN = b"""{"step": 0, "timestamp": 1704672000.0, "loss": {"actor_loss": 2.5, "critic_loss": 1.2, "total_loss": 3.7}, "reward": {"mean": 0.5, "std": 0.1, "max": 0.7, "min": 0.3}, "kl": {"mean": 0.1, "max": 0.15}, "gradient": {"actor_norm": 1.5, "critic_norm": 0.8}, "performance": {"tokens_per_second": 1000.0, "step_time": 2.5, "gpu_memory_allocated": 40.5}, "timing": {"rollout": 1.2, "reward": 0.3}, "extra": {"actor/entropy": 0.91, "response_length/mean": 312.0}}
@@ -93,15 +94,68 @@ def test_anomalies_report_their_source(client: TestClient, job: Path) -> None:
     client.post("/api/monitoring/run1/metrics/sync")
 
     body = client.get("/api/monitoring/run1/metrics/anomalies").json()
+    raw = client.get("/api/monitoring/run1/metrics/anomalies?raw=true").json()
 
     # The trainer's callback reported the NaN, and the platform's own detectors,
-    # which run over every stored record whatever the trainer did, found it too.
+    # which run over every stored record whatever the trainer did, found it too:
+    # one incident naming both, and the two stored rows with raw=true.
     assert body["job_id"] == "run1"
-    found = {(a["step"], a["type"], a["severity"], a["source"]) for a in body["anomalies"]}
-    assert found == {(1, "nan_inf", "critical", "callback"), (1, "nan_inf", "critical", "platform")}
+    (incident,) = body["anomalies"]
+    assert (incident["step"], incident["type"], incident["severity"]) == (1, "nan_inf", "critical")
+    assert incident["sources"] == ["callback", "platform"] and incident["source"] == "callback"
+    assert incident["message"] == "loss.actor_loss is NaN"  # the callback's
+    found = {(a["step"], a["type"], a["source"], tuple(a["sources"])) for a in raw["anomalies"]}
+    assert found == {
+        (1, "nan_inf", "callback", ("callback",)),
+        (1, "nan_inf", "platform", ("platform",)),
+    }
     platform_only = client.get("/api/monitoring/run1/metrics/anomalies?source=platform").json()
-    assert [a["source"] for a in platform_only["anomalies"]] == ["platform"]
+    assert [a["sources"] for a in platform_only["anomalies"]] == [["platform"]]
     assert client.get("/api/monitoring/run1/metrics/anomalies?source=x").status_code == 422
+    assert client.get("/api/monitoring/run1/metrics/anomalies?raw=maybe").status_code == 422
+
+
+def test_one_incident_per_step_and_type_with_the_highest_severity(
+    client: TestClient, metrics_dir: Path
+) -> None:
+    calm = {"kl": {"mean": 0.01}, "loss": {"total_loss": 1.0}}
+    records = [build_record(step, calm, timestamp=float(step)) for step in range(5)]
+    # The callback calls a KL spike a warning; the platform's threshold (1.0) says critical.
+    records.append(
+        build_record(
+            5,
+            {"kl": {"mean": 7.0}, "loss": {"total_loss": 1.0}},
+            timestamp=5.0,
+            anomalies=[
+                {"type": "kl_explosion", "severity": "warning", "message": "KL 7.0 at lr 3e-6"},
+                {"type": "reward_hacking", "severity": "info", "message": "callback only"},
+            ],
+        )
+    )
+    # Past the detectors' cooldown (20 steps): a new incident, found by the platform alone.
+    records += [build_record(step, calm, timestamp=float(step)) for step in range(6, 30)]
+    records.append(
+        build_record(30, {"kl": {"mean": 9.0}, "loss": {"total_loss": 1.0}}, timestamp=30)
+    )
+    (metrics_dir / "inc_metrics.jsonl").write_bytes(b"".join(encode_record(r) for r in records))
+    client.post("/api/monitoring/inc/metrics/sync")
+
+    merged = client.get("/api/monitoring/inc/metrics/anomalies").json()["anomalies"]
+    rows = client.get("/api/monitoring/inc/metrics/anomalies?raw=true").json()["anomalies"]
+
+    summary = [(a["step"], a["type"], a["severity"], a["sources"]) for a in merged]
+    assert summary == [
+        (5, "kl_explosion", "critical", ["callback", "platform"]),
+        (5, "reward_hacking", "info", ["callback"]),
+        (30, "kl_explosion", "critical", ["platform"]),
+    ]
+    assert merged[0]["message"] == "KL 7.0 at lr 3e-6"
+    assert merged[0]["created_at"] == min(
+        r["created_at"] for r in rows if (r["step"], r["type"]) == (5, "kl_explosion")
+    )
+    assert len(rows) == 4
+    window = client.get("/api/monitoring/inc/metrics/anomalies?start_step=6").json()
+    assert [(a["step"], a["sources"]) for a in window["anomalies"]] == [(30, ["platform"])]
 
 
 @pytest.mark.parametrize(
@@ -143,3 +197,38 @@ def test_sync_counts_skipped_lines_and_explains_them(client: TestClient, metrics
     records = client.get("/api/monitoring/messy/metrics").json()["metrics"]
     assert [r["step"] for r in records] == [1, 2]
     assert not any(isinstance(v, float) and math.isnan(v) for r in records for v in r.values())
+
+
+def test_an_incident_is_the_same_whichever_source_comes_first() -> None:
+    callback = {
+        "step": 7,
+        "type": "grad_explosion",
+        "severity": "warning",
+        "message": "grad norm 40 (trainer)",
+        "source": "callback",
+        "created_at": 2.0,
+    }
+    platform = {
+        "step": 7,
+        "type": "grad_explosion",
+        "severity": "critical",
+        "message": "gradient.actor_norm 40 > 10x its median 0.4",
+        "source": "platform",
+        "created_at": 1.0,
+    }
+    expected = {
+        "step": 7,
+        "type": "grad_explosion",
+        "severity": "critical",
+        "message": "grad norm 40 (trainer)",
+        "source": "callback",
+        "sources": ["callback", "platform"],
+        "created_at": 1.0,
+    }
+
+    assert merge_incidents([callback, platform]) == [expected]
+    assert merge_incidents([platform, callback]) == [expected]
+    # Without the callback's, the longest message says the most.
+    terse = {**platform, "message": "grad", "severity": "warning"}
+    (merged,) = merge_incidents([terse, platform])
+    assert merged["message"] == platform["message"] and merged["sources"] == ["platform"]

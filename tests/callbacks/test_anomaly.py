@@ -48,7 +48,7 @@ def kl_spike_below_threshold(step: int, record: dict[str, Any]) -> None:
 
 
 def flat_loss(step: int, record: dict[str, Any]) -> None:
-    record["loss"]["total_loss"] = 5.0
+    record["loss"]["total_loss"] = 1.0  # twice the last healthy value, then flat
 
 
 def loss_spike(step: int, record: dict[str, Any]) -> None:
@@ -105,14 +105,25 @@ def test_each_detector_fires_once_on_its_fault_soon_after_onset(
     assert {a["type"] for _, a in found} <= {kind, "nan_inf"}
 
 
-def test_the_loss_plateau_fires_after_exactly_loss_patience_steps_without_a_new_best() -> None:
+def test_a_falling_loss_that_stops_is_one_plateau_within_loss_patience_steps() -> None:
     monitor = AnomalyMonitor(AnomalyConfig(loss_patience=30, loss_min_delta=0.01))
     fired = []
-    for step in range(100):
-        # Improves until step 9, then wobbles by less than min_delta.
-        loss = 2.0 - 0.1 * step if step <= 9 else 1.1 - 0.004 * (step % 2)
+    for step in range(300):
+        # Falls until step 99, then wobbles by less than min_delta for good.
+        loss = 2.0 - 0.015 * step if step <= 99 else 0.52 - 0.004 * (step % 2)
         fired += [step for a in monitor.check({"step": step, "loss": {"total_loss": loss}})]
-    assert fired == [9 + 30]
+    assert len(fired) == 1 and 100 < fired[0] <= 99 + 30
+
+
+def test_a_loss_that_freezes_is_a_plateau_after_exactly_loss_patience_steps() -> None:
+    # A GRPO policy loss: zero-centred noise, never "improving"; then it freezes.
+    monitor = AnomalyMonitor(AnomalyConfig(loss_patience=30))
+    fired = []
+    for step in range(300):
+        loss = 0.02 * math.sin(step * 2.4) if step < 150 else 0.0123
+        fired += [(step, a) for a in monitor.check({"step": step, "loss": {"actor_loss": loss}})]
+    assert [step for step, _ in fired] == [150 + 30]
+    assert fired[0][1]["message"].startswith("loss.actor_loss has stayed within 0.0001 of 0.0123")
 
 
 def test_an_incident_that_escalates_is_reported_again_as_critical() -> None:

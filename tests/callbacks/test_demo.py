@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import typer
 from typer.testing import CliRunner
 
@@ -108,3 +113,69 @@ def test_the_demo_train_command_runs_and_reports(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "completed after 15 steps" in result.output
     assert len(read_records(tmp_path / "cli_metrics.jsonl")) == 15
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, state) of each child process of `pid` (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                stat = Path(f"/proc/{child}/stat").read_text()
+            except FileNotFoundError:  # ended between the two reads
+                continue
+            found.append((int(child), stat.rsplit(")", 1)[1].split()[0]))
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    metrics_dir = tmp_path / "metrics"
+    command = [
+        sys.executable, "-m", "training_platform", "demo", "--host", "127.0.0.1",
+        "--port", str(port), "--metrics-dir", str(metrics_dir),
+        "--database-url", f"sqlite:///{tmp_path / 'platform.db'}",
+        "--steps", "15", "--step-delay", "0", "--lr-spike-at", "0",
+    ]  # fmt: skip
+    demo = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path
+    )
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(demo.stdout or ()))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        finished = False
+        while time.monotonic() < deadline and not finished:
+            statuses = [read_status(p)["status"] for p in metrics_dir.glob("*_status.json")]
+            finished = statuses == ["completed"]
+            time.sleep(0.2)
+        assert finished, "".join(output)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            for _ in range(5):
+                assert client.get("/api/jobs").status_code == 200
+        # The finished trainer is reaped while the server keeps serving: no zombie.
+        while time.monotonic() < deadline and _children(demo.pid):
+            time.sleep(0.2)
+        assert _children(demo.pid) == []
+        assert demo.poll() is None  # the server is still up
+    finally:
+        demo.send_signal(signal.SIGINT)
+        try:
+            demo.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+        reader.join(timeout=30)
+    log = "".join(output)
+    assert "training_platform demo:" in log
+    assert "GET /api/jobs" not in log  # no access log line per request
+    for noise in ("USDT", "profiler_start", "profiler_stop", "CPUAllocator"):
+        assert noise not in log, log

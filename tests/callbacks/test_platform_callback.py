@@ -72,7 +72,7 @@ def test_the_status_goes_pending_running_completed(tmp_path: Path) -> None:
     callback.on_train_end()
     done = read_status(status_path)
     assert done["status"] == "completed"
-    assert done["current_step"] == 2
+    assert done["current_step"] == 3  # steps 0, 1, 2 done: a completed run shows 3 / 3
     assert done["anomaly_detected"] is False
     assert done["anomaly_reason"] is None
     assert done["updated_at"] >= done["started_at"] == running["started_at"]

@@ -20,7 +20,8 @@ def test_a_plain_loop_writes_one_line_per_step_and_completes(tmp_path: Path) -> 
     records = read_records(tmp_path / "loop_metrics.jsonl")
     assert [r["loss"]["total_loss"] for r in records] == [1.0, 0.5, 1 / 3, 0.25]
     status = read_status(tmp_path / "loop_status.json")
-    assert (status["status"], status["current_step"], status["total_steps"]) == ("completed", 3, 4)
+    # steps 0..3 done: a completed run shows 4 / 4
+    assert (status["status"], status["current_step"], status["total_steps"]) == ("completed", 4, 4)
 
 
 def test_an_exception_in_the_loop_marks_the_run_failed_and_propagates(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""verl's and TRL's real key names (captured samples) mapped onto DESIGN.md's groups."""
+"""verl's and TRL's real key names (captured samples) mapped onto the record groups."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from training_platform.callbacks.integrations.verl import (
     job_id_from_name,
     register_verl_backend,
 )
-from training_platform.callbacks.wire import decode_line
+from training_platform.callbacks.wire import build_record, decode_line
 
 
 def scalars(record: dict[str, Any]) -> int:
@@ -48,7 +48,9 @@ def test_a_verl_ppo_step_maps_onto_the_groups_and_keeps_every_other_key(tmp_path
     }  # fmt: skip
     assert record["timing"]["gen"] == 41.2
     assert record["timing"]["update_actor"] == 14.2
-    assert len(record["timing"]) == 9
+    # timing_s/step is the whole step, not a stage: never in the stacked timing chart
+    assert "step" not in record["timing"]
+    assert len(record["timing"]) == 8
     extra = record["extra"]
     assert extra["actor/ppo_kl"] == 0.0009
     assert extra["critic/rewards/mean"] == 0.418
@@ -191,3 +193,15 @@ def test_attaching_to_an_existing_tracking_object_takes_one_line(
 )
 def test_experiment_names_become_valid_job_ids(name: str, job_id: str) -> None:
     assert job_id_from_name(name) == job_id
+
+
+def test_verl_timing_s_step_is_the_step_time_when_perf_time_per_step_is_missing() -> None:
+    record = build_record(
+        1, {"timing_s/gen": 2.0, "timing_s/update_actor": 1.0, "timing_s/step": 3.5}
+    )
+    assert record["performance"] == {"step_time": 3.5}
+    assert record["timing"] == {"gen": 2.0, "update_actor": 1.0}  # no double counting
+    both = build_record(1, {"timing_s/step": 3.5, "perf/time_per_step": 3.4})
+    assert both["performance"] == {"step_time": 3.4}
+    assert both["extra"] == {"timing_s/step": 3.5}  # the weaker source is kept, not dropped
+    assert "timing" not in both

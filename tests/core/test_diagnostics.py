@@ -128,15 +128,16 @@ def test_a_restart_does_not_re_alert_an_ongoing_incident(
 def test_a_restart_does_not_forget_how_long_the_loss_has_been_flat(
     session_factory: Factory, run1: Path
 ) -> None:
-    flat = {"loss": lambda s: {"total_loss": 1.0}}
-    write(run1, range(6), **flat)
+    # Falls for 20 steps, then freezes at step 20 (updates stopped).
+    frozen = {"loss": lambda s: {"total_loss": 2.0 - 0.05 * min(s, 20)}}
+    write(run1, range(26), **frozen)
     assert ingest(session_factory, run1, diagnostics(session_factory, loss_patience=10)) == []
 
-    write(run1, range(6, 20), **flat)
+    write(run1, range(26, 40), **frozen)
     found = ingest(session_factory, run1, diagnostics(session_factory, loss_patience=10))
 
-    # Best at step 0, ten steps without improvement: step 10, as without a restart.
-    assert [(a["step"], a["type"]) for a in found] == [(10, "loss_plateau")]
+    # Flat from step 20, ten steps on: step 30, as without a restart.
+    assert [(a["step"], a["type"]) for a in found] == [(30, "loss_plateau")]
 
 
 def test_a_rewritten_step_takes_its_old_findings_with_it(

@@ -9,6 +9,7 @@ fail the test, and a full-page screenshot is saved under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,7 +26,7 @@ import pytest
 import uvicorn
 
 from training_platform.api.main import create_app
-from training_platform.api.routers import dashboard
+from training_platform.api.websocket import uvicorn_ws_options
 from training_platform.callbacks.wire import build_record, encode_record
 from training_platform.settings import Settings
 
@@ -44,6 +45,18 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
 START_TIMEOUT = 20.0
+# Pixels of the first series colour (#2563eb) in a chart's canvas: > 0 once drawn.
+COUNT_LINE_PIXELS = """(selector) => {
+  const canvas = document.querySelector(selector + " canvas");
+  if (!canvas) return 0;
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let n = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    if (Math.abs(data[i] - 37) < 40 && Math.abs(data[i + 1] - 99) < 40
+        && Math.abs(data[i + 2] - 235) < 40 && data[i + 3] > 150) n += 1;
+  }
+  return n;
+}"""
 
 
 @dataclass
@@ -116,17 +129,14 @@ class _ThreadServer(uvicorn.Server):
         pass
 
 
-@pytest.fixture
-def live_server(settings: Settings, metrics_dir: Path) -> Iterator[LiveServer]:
-    """The app (with the dashboard) served by uvicorn in a thread, background sync on."""
-    live_settings = settings.model_copy(update={"poll_interval": 0.25})
-    app = create_app(live_settings)
-    if not any(getattr(route, "path", None) == "/" for route in app.routes):
-        # Until api/main.py includes the dashboard router itself.
-        app.include_router(dashboard.router)
+@contextlib.contextmanager
+def serve_in_thread(settings: Settings, metrics_dir: Path) -> Iterator[LiveServer]:
+    """The app (with the dashboard) for `settings`, served by uvicorn in a thread."""
+    app = create_app(settings)
     sock = _free_socket()
     port = sock.getsockname()[1]
-    server = _ThreadServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", **uvicorn_ws_options(settings))
+    server = _ThreadServer(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT
@@ -135,11 +145,18 @@ def live_server(settings: Settings, metrics_dir: Path) -> Iterator[LiveServer]:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
     try:
-        yield LiveServer(f"http://127.0.0.1:{port}", metrics_dir, live_settings)
+        yield LiveServer(f"http://127.0.0.1:{port}", metrics_dir, settings)
     finally:
         server.should_exit = True
         thread.join(timeout=15)
         sock.close()
+
+
+@pytest.fixture
+def live_server(settings: Settings, metrics_dir: Path) -> Iterator[LiveServer]:
+    """The app served by uvicorn in a thread, background sync on."""
+    with serve_in_thread(settings.model_copy(update={"poll_interval": 0.25}), metrics_dir) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

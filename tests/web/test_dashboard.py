@@ -13,22 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.web.conftest import LiveServer, make_record
+from tests.web.conftest import COUNT_LINE_PIXELS, LiveServer, make_record
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-
-# Pixels of the first series colour (#2563eb) in a chart's canvas: > 0 once drawn.
-COUNT_LINE_PIXELS = """(selector) => {
-  const canvas = document.querySelector(selector + " canvas");
-  if (!canvas) return 0;
-  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-  let n = 0;
-  for (let i = 0; i < data.length; i += 4) {
-    if (Math.abs(data[i] - 37) < 40 && Math.abs(data[i + 1] - 99) < 40
-        && Math.abs(data[i + 2] - 235) < 40 && data[i + 3] > 150) n += 1;
-  }
-  return n;
-}"""
 
 
 def _wait_legend(page: Any, chart: str, text: str, timeout_ms: float = 10_000) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,15 +39,93 @@ def test_the_page_and_its_modules_are_served_without_a_token(
     assert module.headers["content-type"].startswith("text/javascript")
 
 
+def _uplot_installed() -> bool:
+    return any((source / "uplot").is_dir() for source in dashboard.VENDOR_SOURCES)
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_only_listed_vendor_files_are_reachable(web_client: TestClient) -> None:
-    if not (dashboard.WEB_DIR / "node_modules" / "uplot").is_dir():
-        pytest.skip("uPlot not installed (npm ci --prefix training_platform/web)")
-    assert web_client.get("/static/vendor/uplot/uPlot.esm.js").status_code == 200
-    for path in ("uplot/package.json", "uplot/dist/uPlot.cjs.js", "../package.json"):
+    if not _uplot_installed():
+        pytest.fail("uPlot not installed: run npm ci --prefix training_platform/web")
+    for path in (
+        "uplot/uPlot.esm.js",
+        "uplot/LICENSE",
+        "swagger-ui-dist/swagger-ui-bundle.js",
+        "swagger-ui-dist/NOTICE",
+        "redoc/redoc.standalone.js",
+    ):
+        assert web_client.get(f"/static/vendor/{path}").status_code == 200, path
+    for path in ("uplot/package.json", "uplot/dist/uPlot.cjs.js", "../package.json", "uplot/"):
         response = web_client.get(f"/static/vendor/{path}")
         assert response.status_code == 404, path
         assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_wheel_serves_its_packaged_copy_and_a_missing_one_says_how_to_fix_it(
+    web_client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node_modules, vendor = tmp_path / "node_modules", tmp_path / "vendor"
+    monkeypatch.setattr(dashboard, "VENDOR_SOURCES", (node_modules, vendor))
+    missing = web_client.get("/static/vendor/uplot/uPlot.esm.js")
+    assert missing.status_code == 404
+    assert "pip install --force-reinstall training-platform" in missing.json()["detail"]
+    assert "npm ci --prefix training_platform/web" in missing.json()["detail"]
+
+    # What a wheel holds: the served files flat under vendor/{package}/.
+    (vendor / "uplot").mkdir(parents=True)
+    (vendor / "uplot" / "uPlot.esm.js").write_text("export default 'packaged';\n")
+    packaged = web_client.get("/static/vendor/uplot/uPlot.esm.js")
+    assert packaged.status_code == 200 and packaged.text == "export default 'packaged';\n"
+    assert packaged.headers["content-type"].startswith("text/javascript")
+    # A source checkout's node_modules, kept fresh by npm ci, comes first.
+    (node_modules / "uplot" / "dist").mkdir(parents=True)
+    (node_modules / "uplot" / "dist" / "uPlot.esm.js").write_text("export default 'npm';\n")
+    assert web_client.get("/static/vendor/uplot/uPlot.esm.js").text == "export default 'npm';\n"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_unreadable_asset_list_is_a_404_not_a_crash(
+    web_client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = tmp_path / "package.json"
+    broken.write_text("{ not json")
+    monkeypatch.setattr(dashboard, "PACKAGE_JSON", broken)
+    dashboard.vendor_files.cache_clear()
+    try:
+        assert web_client.get("/static/vendor/uplot/uPlot.esm.js").status_code == 404
+        assert web_client.get("/").status_code == 200
+    finally:
+        monkeypatch.undo()
+        dashboard.vendor_files.cache_clear()
+
+
+def test_browser_assets_are_pinned_exactly_in_both_npm_files() -> None:
+    manifest = json.loads((dashboard.WEB_DIR / "package.json").read_text())
+    locked = json.loads((dashboard.WEB_DIR / "package-lock.json").read_text())["packages"]
+    assert locked[""]["dependencies"] == manifest["dependencies"]
+    for package, version in manifest["dependencies"].items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{package} {version} is not exact"
+        assert locked[f"node_modules/{package}"]["version"] == version, package
+    assert set(manifest["servedFiles"]) <= set(manifest["dependencies"])
+    for package, files in manifest["servedFiles"].items():
+        assert "LICENSE" in files, f"{package} ships without its licence"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("page_path", ["/docs", "/redoc"])
+def test_the_api_docs_pages_load_only_local_files(web_client: TestClient, page_path: str) -> None:
+    if not _uplot_installed():
+        pytest.fail("browser assets not installed: run npm ci --prefix training_platform/web")
+    page = web_client.get(page_path)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    urls = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    urls += re.findall(r"url: '([^']+)'", page.text)
+    assert urls and all(url.startswith("/") for url in urls), urls
+    for url in urls:
+        assert web_client.get(url).status_code == 200, url
+    assert "http" not in page.text.replace("http-equiv", "")
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

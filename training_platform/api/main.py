@@ -16,9 +16,10 @@ from fastapi import APIRouter, Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from training_platform import __version__
-from training_platform.api.deps import require_token
+from training_platform.api.deps import reject_unknown_query_params, require_token
 from training_platform.api.errors import install_error_handlers
 from training_platform.api.routers import artifacts, dashboard, jobs, live, monitoring, playback
+from training_platform.api.security import install_security
 from training_platform.core.database import make_engine, make_session_factory, prepare_schema
 from training_platform.core.live_hub import LiveHub
 from training_platform.settings import Settings
@@ -55,10 +56,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Monitoring for LLM reinforcement-learning training runs.",
         lifespan=lifespan,
+        # Served by the dashboard router from local files: FastAPI's own pages
+        # load their scripts from a CDN and are blank offline.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     install_error_handlers(app)
-    api = APIRouter(prefix="/api", dependencies=[Depends(require_token)])
+    # Host check (DNS rebinding), security headers, no token in uvicorn's logs.
+    install_security(app, settings)
+    api = APIRouter(
+        prefix="/api",
+        dependencies=[Depends(require_token), Depends(reject_unknown_query_params)],
+    )
     api.include_router(jobs.router)
     api.include_router(monitoring.router)
     api.include_router(artifacts.router)

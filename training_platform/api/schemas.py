@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from training_platform.callbacks.wire import JOB_ID_PATTERN
+from training_platform.core.safe_paths import check_path_text
 
 JobId = Annotated[
     str,
@@ -17,6 +18,11 @@ JobId = Annotated[
     ),
 ]
 
+# A local path the server will open: refused here (422) when the kernel could
+# not take it (NUL, a name over 255 bytes, ~nouser), instead of failing as a
+# 500 inside the file-system call.
+LocalPath = Annotated[str, AfterValidator(lambda text: check_path_text(text, "the path"))]
+
 
 class SSHSourceIn(BaseModel):
     """Where an SSH job's files are. Key-based auth only: no password is accepted."""
@@ -26,7 +32,7 @@ class SSHSourceIn(BaseModel):
     host: str = Field(min_length=1, max_length=255, examples=["gpu-node-3"])
     port: int = Field(default=22, ge=1, le=65535)
     username: str = Field(min_length=1, max_length=255, examples=["alice"])
-    key_path: str = Field(
+    key_path: LocalPath = Field(
         min_length=1, description="Private key file; must lie inside the server's key directory."
     )
     remote_dir: str = Field(min_length=1, examples=["/home/alice/platform_metrics"])
@@ -38,7 +44,7 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     job_id: JobId
-    metrics_dir: str | None = Field(default=None, min_length=1, examples=["/data/runs"])
+    metrics_dir: LocalPath | None = Field(default=None, min_length=1, examples=["/data/runs"])
     ssh: SSHSourceIn | None = None
 
     @model_validator(mode="after")
@@ -83,6 +89,10 @@ class JobOut(BaseModel):
     anomaly_reason: str | None
     has_anomaly: bool = Field(description="Any anomaly stored for this job, from any source.")
     anomaly_count: int
+    health: Literal["ok", "warning", "critical"] = Field(
+        description="critical: a critical anomaly was found in the run; warning: a warning "
+        "anomaly, a stalled run, or a status file saying anomaly_detected; ok otherwise."
+    )
     metrics_count: int
     latest_step: int | None
     started_at: float | None
@@ -97,15 +107,21 @@ class JobList(BaseModel):
     jobs: list[JobOut]
 
 
+AnomalySource = Literal["callback", "platform"]
+
+
 class AnomalyOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+    """One incident (default) or one stored per-source row (`raw=true`)."""
 
     step: int
     type: str
-    severity: str
+    severity: str = Field(description="The highest of its sources': info, warning or critical.")
     message: str
-    source: Literal["callback", "platform"]
-    created_at: float
+    source: AnomalySource = Field(description="The first of `sources` (the callback's first).")
+    sources: list[AnomalySource] = Field(
+        description="Who found it: the trainer's callback, the platform's detectors, or both."
+    )
+    created_at: float = Field(description="When it was first stored.")
 
 
 class AnomalyList(BaseModel):
@@ -114,13 +130,18 @@ class AnomalyList(BaseModel):
 
 
 class MetricsHistory(BaseModel):
-    """Records in DESIGN.md's nested shape; non-finite numbers as "NaN"/"Infinity"/"-Infinity"."""
+    """Records in the nested shape (docs/contract.md §2); non-finite numbers as strings."""
 
     job_id: str
     metrics: list[dict[str, Any]]
     count: int
     next_start_step: int | None = Field(
         description="Pass as start_step to get the next page; null when this was the last."
+    )
+    truncated: bool = Field(
+        default=False,
+        description="The page ended before `limit` because of the byte cap "
+        "(PLATFORM_HISTORY_MAX_RESPONSE_BYTES); follow next_start_step for the rest.",
     )
 
 
@@ -132,7 +153,13 @@ class SyncOut(BaseModel):
     resets: int
     offset: int
     file_size: int
-    at_eof: bool
+    at_eof: bool = Field(
+        description="The whole file is ingested. False when the request's time budget ran "
+        "out first: the background sync carries on from `offset`."
+    )
+    bytes_remaining: int = Field(
+        description="Bytes of the metrics file not ingested yet (file_size - offset)."
+    )
     status_changed: bool
     errors: list[str] = Field(description="The first few reasons lines were skipped.")
 

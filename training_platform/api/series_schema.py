@@ -45,7 +45,22 @@ class MetricsSeries(BaseModel):
     last_steps: list[int] | None = Field(
         default=None, description="Each bucket's last step (downsampled answers only)."
     )
+    timestamps: list[float | None] = Field(
+        description="Each point's wall-clock time (Unix seconds): the `timestamp` of the "
+        "record at its first step; null where that step has no row or no finite timestamp."
+    )
     series: dict[str, SeriesOut] = Field(
         description="Keyed `group.field`: `loss.actor_loss`, `timing.rollout`, "
         "`extra.actor/entropy`, ..."
     )
+    truncated: bool = Field(
+        default=False,
+        description="Some series were left out to stay within the byte cap "
+        "(PLATFORM_HISTORY_MAX_RESPONSE_BYTES) or PLATFORM_HISTORY_MAX_SERIES.",
+    )
+    series_omitted: list[str] = Field(
+        default_factory=list,
+        description="Names of the series left out (ask for them with fields=); the list "
+        "itself is capped, series_omitted_count has the full count.",
+    )
+    series_omitted_count: int = Field(default=0, description="How many series were left out.")

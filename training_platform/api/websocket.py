@@ -3,8 +3,10 @@
 Before `accept()`: the `Origin` header is checked against the allow-list
 (CORS does not apply to WebSocket upgrades, so without this any web page a
 user visits could open a stream to a server on their network), then the API
-token. A refusal there is an HTTP response (403/401 with the usual JSON error
-body) where the server supports it, else a plain close.
+token (a Bearer header, the token subprotocol, or `?token=`). The `Host`
+header was checked before that, for HTTP too (`api/security.py`). A refusal
+there is an HTTP response (403/401 with the usual JSON error body) where the
+server supports it, else a plain close.
 
 After `accept()`: bad parameters and unknown jobs are told as one
 ``{"type": "error", "code": ..., "detail": ...}`` message followed by a close
@@ -15,6 +17,7 @@ WebSocket API shows a close reason but never an HTTP body.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import math
@@ -28,6 +31,7 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from training_platform.api.errors import status_for
+from training_platform.api.ws_protocol import protocol_class
 from training_platform.callbacks.wire import JOB_ID_PATTERN
 from training_platform.errors import InvalidParameterError, PlatformError
 from training_platform.settings import Settings
@@ -40,6 +44,12 @@ CLOSE_TOO_BIG: Final = 1009  # a client message over the size cap
 CLOSE_INTERNAL: Final = 1011
 CLOSE_TRY_AGAIN: Final = 1013  # too slow to keep up: reconnect (with since_step)
 MAX_STEP: Final = 2**63 - 1
+# Browsers cannot set headers on a WebSocket handshake, and a token in the URL
+# lands in access logs: they offer ["training-platform",
+# "training-platform.token.<base64url of the token>"] as subprotocols instead;
+# the server answers with "training-platform".
+SUBPROTOCOL: Final = "training-platform"
+TOKEN_SUBPROTOCOL_PREFIX: Final = "training-platform.token."
 _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's reason fits in 123 bytes
 _CLOSE_TIMEOUT: Final = 5.0
 
@@ -49,8 +59,12 @@ def uvicorn_ws_options(settings: Settings) -> dict[str, Any]:
 
     Heartbeats are WebSocket pings, which only the server protocol can send:
     pass these to `uvicorn.run` / `uvicorn.Config` so dead clients are noticed.
+    `ws` is uvicorn's protocol with bounded closes (`ws_protocol`): a client
+    that stopped reading is reset `live_send_timeout` seconds after its close,
+    rather than holding its buffers (and a graceful shutdown) for ever.
     """
     return {
+        "ws": protocol_class(settings.live_send_timeout),
         "ws_ping_interval": settings.ws_ping_interval or None,
         "ws_ping_timeout": settings.ws_ping_timeout,
         "ws_max_size": settings.live_max_client_message_bytes,
@@ -71,10 +85,30 @@ def origin_allowed(origin: str, host: str | None, allowed: list[str]) -> bool:
     return bool(netloc) and host is not None and netloc == host.strip().lower()
 
 
+def subprotocol_token(websocket: WebSocket) -> str:
+    """The token a browser sent as a `training-platform.token.<base64url>` subprotocol."""
+    for offered in websocket.scope.get("subprotocols", []):
+        if offered.startswith(TOKEN_SUBPROTOCOL_PREFIX):
+            encoded = offered[len(TOKEN_SUBPROTOCOL_PREFIX) :]
+            try:
+                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+            except (ValueError, UnicodeDecodeError):
+                return ""
+    return ""
+
+
+def chosen_subprotocol(websocket: WebSocket) -> str | None:
+    """`training-platform` when the client offered it (a browser that offered
+    subprotocols fails the connection unless one is echoed); never the token."""
+    return SUBPROTOCOL if SUBPROTOCOL in websocket.scope.get("subprotocols", []) else None
+
+
 def token_matches(websocket: WebSocket, expected: str) -> bool:
-    """`Authorization: Bearer <token>`, or `?token=` for browsers (which cannot set headers)."""
+    """`Authorization: Bearer <token>`; from browsers (which cannot set headers) the
+    token subprotocol, or `?token=` (kept for older clients; scrubbed from the logs)."""
     scheme, _, credentials = websocket.headers.get("authorization", "").partition(" ")
     offered = credentials.strip() if scheme.lower() == "bearer" else ""
+    offered = offered or subprotocol_token(websocket)
     offered = offered or websocket.query_params.get("token", "")
     # compare_digest: the time taken must not tell how much of the token matched.
     return bool(offered) and secrets.compare_digest(offered.encode(), expected.encode())
@@ -246,8 +280,11 @@ class Connection:
         self.closed = True
         if self.websocket.application_state == WebSocketState.DISCONNECTED:
             return
+        # A stuck client cannot take the close frame either: do not wait long for it
+        # (the protocol resets the connection once its linger runs out).
+        timeout = min(_CLOSE_TIMEOUT, self.send_timeout)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.websocket.close(code, close_reason(reason)), _CLOSE_TIMEOUT)
+            await asyncio.wait_for(self.websocket.close(code, close_reason(reason)), timeout)
 
     async def fail(self, exc: PlatformError) -> None:
         """Tell the client what was wrong with its request, then close (1008 or 1011)."""
@@ -291,7 +328,7 @@ async def serve_websocket(
     settings: Settings = websocket.app.state.settings
     if not await admit(websocket, settings):
         return
-    await websocket.accept()
+    await websocket.accept(subprotocol=chosen_subprotocol(websocket))
     async with Connection(
         websocket,
         send_timeout=settings.live_send_timeout,

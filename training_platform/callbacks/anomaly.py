@@ -1,6 +1,6 @@
 """Anomaly detectors over the stream of records, shared by the trainer and the platform.
 
-`AnomalyMonitor.check(record)` runs every detector on one record (DESIGN.md's
+`AnomalyMonitor.check(record)` runs every detector on one record (docs/contract.md's
 nested shape) and returns the anomalies it raises, each
 ``{"type", "severity", "message"}``. Feed records in step order; the monitor
 keeps the little state each detector needs (recent medians, best loss, early
@@ -9,30 +9,46 @@ through the same code, and tolerates missing groups, ``None`` and NaN values.
 
 One incident is one alert: once a detector fires it stays quiet while its
 condition keeps recurring within `cooldown` steps, unless the incident gets
-worse (a KL spike that then crosses the hard threshold is reported again, as
-critical).
+worse: more severe (a KL spike that then crosses the hard threshold is
+reported again, as critical) or `realert_factor` times further from normal
+(a grad norm of 1309 one step after a 6.4 warning, over a median of 0.2).
+Incidents are per subject: a critic loss spike is not hidden by an actor
+loss spike a few steps earlier.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from training_platform.callbacks.base import report_failure
 from training_platform.callbacks.detectors import (
-    DETECTORS,
     SEVERITY_RANK,
     Anomaly,
     Detector,
     EntropyCollapseDetector,
+    Finding,
     GradientExplosionDetector,
     KLExplosionDetector,
-    LossPlateauDetector,
-    LossSpikeDetector,
     NonFiniteDetector,
     RewardHackingDetector,
     number,
+)
+from training_platform.callbacks.loss_detectors import (
+    LOSS_FIELDS,
+    LossPlateauDetector,
+    LossSpikeDetector,
+)
+
+DETECTORS: Final[tuple[type[Detector], ...]] = (
+    NonFiniteDetector,
+    KLExplosionDetector,
+    LossPlateauDetector,
+    LossSpikeDetector,
+    GradientExplosionDetector,
+    EntropyCollapseDetector,
+    RewardHackingDetector,
 )
 
 
@@ -42,10 +58,12 @@ class AnomalyConfig:
 
     cooldown: int = 20
     """An incident ends once its condition has been clear for this many steps;
-    until then the detector stays quiet, so a flapping condition is one alert."""
+    until then the detector stays quiet, so a flapping condition is one alert ..."""
+    realert_factor: float = 10.0
+    """... unless it gets more severe, or a value lands this many times further
+    from its baseline (e.g. the recent median) than the one last alerted."""
     disabled: frozenset[str] = field(default_factory=frozenset)
-    """Anomaly types to skip, e.g. ``{"loss_plateau"}`` for GRPO, whose
-    surrogate loss is zero-mean by construction and never 'improves'."""
+    """Anomaly types to skip, e.g. ``{"entropy_collapse"}``."""
 
     kl_threshold: float = 1.0
     """`kl.mean` above this is a critical `kl_explosion` (RLHF runs sit at 0.01-0.3)."""
@@ -55,14 +73,25 @@ class AnomalyConfig:
     """... if it is also above this (early KL is ~0, where any growth is a big ratio)."""
 
     loss_patience: int = 50
-    """`loss_plateau`: steps without a new best `loss.total_loss` before alerting."""
+    """`loss_plateau`: a loss frozen (within `loss_min_delta`) this many steps,
+    or one that clearly fell and then stopped, judged on blocks of half this
+    many values. See `loss_detectors` for the rules."""
     loss_min_delta: float = 1e-4
-    """How much lower than the best a loss must be to count as an improvement."""
+    """A loss moving less than this is frozen (and must fall more than this to fall)."""
+    loss_trend_drop: float = 0.1
+    """A loss is watched for a plateau once the median of its last `window`
+    values is this fraction (and 1.25 sigmas of its noise) below its early
+    level, the median of its first `window` values, when that is clearly
+    positive (above two sigmas of their noise)."""
     loss_spike_factor: float = 10.0
-    """`loss_spike`: |total_loss| above this times the largest seen after warm-up
-    (Megatron-LM's rule for rerunning a step)."""
+    """`loss_spike`: |loss| at least this many times its typical magnitude (the
+    larger of the |median| of its last `min_history` values and the sigma of
+    its last 2 x `window`, 1.4826 x MAD), for each loss on its own ..."""
+    loss_spike_min: float = 0.01
+    """... and at least this large (a loss that is ~0 by construction, in float
+    noise, must not spike from 1e-9 to 1e-7)."""
     loss_spike_warmup: int = 20
-    """Steps of loss ignored by the spike rule (early losses are large and falling)."""
+    """Values of each loss ignored by the spike rule (early losses are large and falling)."""
 
     grad_spike_factor: float = 10.0
     """`gradient_explosion`: a grad norm this many times its recent median."""
@@ -72,7 +101,7 @@ class AnomalyConfig:
     """Optional hard limit: a grad norm above it is a critical explosion."""
 
     window: int = 50
-    """Steps of history behind the recent medians (KL, grad norms)."""
+    """Steps of history behind the recent medians (KL, grad norms, losses)."""
     min_history: int = 10
     """Values needed before a relative (median-based) rule may fire."""
 
@@ -91,6 +120,11 @@ class AnomalyConfig:
     """... and end above this level ..."""
     hacking_length_factor: float = 1.3
     """... while the response length grows this much and the reward rises."""
+
+    @property
+    def early_records(self) -> int:
+        """How many of a run's first records set early baselines (entropy, loss levels)."""
+        return max(self.entropy_baseline_steps, self.window)
 
 
 class AnomalyMonitor:
@@ -111,7 +145,12 @@ class AnomalyMonitor:
         found: list[Anomaly] = []
         for detector in self.detectors:
             try:
-                anomaly = detector.check(step, record)
+                # `evaluate`, then `alert` only on a finding: `Detector.check`
+                # in two, saving a call per detector on the quiet path.
+                findings = detector.evaluate(step, record)
+                if findings is None:
+                    continue
+                anomaly = detector.alert(step, findings)
             except Exception:  # a detector bug must not cost the record or the run
                 report_failure(self._reported, detector, "check")
                 continue
@@ -139,12 +178,14 @@ def is_alert(anomaly: Mapping[str, Any], at_least: str = "warning") -> bool:
 
 __all__ = [
     "DETECTORS",
+    "LOSS_FIELDS",
     "SEVERITY_RANK",
     "Anomaly",
     "AnomalyConfig",
     "AnomalyMonitor",
     "Detector",
     "EntropyCollapseDetector",
+    "Finding",
     "GradientExplosionDetector",
     "KLExplosionDetector",
     "LossPlateauDetector",

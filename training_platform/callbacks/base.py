@@ -36,7 +36,7 @@ class StopTraining(PlatformError):
 class StepContributor(Protocol):
     """Something that measures a step and adds metrics to its record (profiling kit).
 
-    `on_step_end` returns DESIGN.md groups (``{"timing": {...}}``) or flat keys,
+    `on_step_end` returns the groups of docs/contract.md §2 (``{"timing": {...}}``) or flat keys,
     plus optionally ``"anomalies": [...]``. It runs on the training thread.
     """
 
@@ -49,7 +49,8 @@ class Callback:
     """Base class: override the hooks you need; each default does nothing.
 
     Steps are the optimizer steps of the run (what `step` means in a record).
-    `metrics` may be flat trainer keys or DESIGN.md groups (see `wire.build_record`).
+    `metrics` may be flat trainer keys or record groups (docs/contract.md §2;
+    see `wire.build_record`).
     """
 
     def on_train_begin(self, total_steps: int | None = None) -> None:

@@ -1,6 +1,6 @@
 """The detectors behind `AnomalyMonitor`: each a small stateful object over records.
 
-Each `Detector.evaluate` reads one record (DESIGN.md's nested shape) and says
+Each `Detector.evaluate` reads one record (docs/contract.md §2's nested shape) and says
 whether its condition holds now; `Detector.check` turns that into at most one
 alert per incident. Thresholds come from `anomaly.AnomalyConfig`.
 """
@@ -8,10 +8,10 @@ alert per incident. Thresholds come from `anomaly.AnomalyConfig`.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from training_platform.callbacks.detector_windows import RecentMedian, TwoWindowSums
 from training_platform.callbacks.wire import ENTROPY_KEYS, RESPONSE_LENGTH_KEYS
 
 if TYPE_CHECKING:
@@ -53,76 +53,38 @@ def _extra(record: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
     if type(extra) is not dict and not isinstance(extra, Mapping):
         return None
     for key in keys:
-        value = _as_float(extra.get(key))
+        value = extra.get(key)
+        if value is None:
+            continue  # most keys of the list are some other trainer's
+        if type(value) is float:
+            return value  # type: ignore[no-any-return]
+        value = _as_float(value)
         if value is not None:
             return value
     return None
 
 
-def _finite(value: float | None) -> bool:
-    return value is not None and value - value == 0.0
+class Finding(NamedTuple):
+    """What `Detector.evaluate` reports while its condition holds."""
+
+    severity: str
+    message: str
+    subject: str = ""
+    """What it is about (e.g. ``"loss.actor_loss"``): each subject has its own
+    incident, so a critic spike does not hide behind an actor spike's cooldown."""
+    distance: float | None = None
+    """How far the value is from its baseline, in the value's units; None when
+    the condition has no size (NaN, a plateau). Within an incident, a finding
+    `realert_factor` times further than the one last alerted alerts again."""
 
 
-class _Recent:
-    """The last `size` values and their median, re-sorted every `size // 10`
-    appends: the median of 50 steps barely moves in 5, and sorting on every
-    step would be the most expensive thing the detectors do."""
+class _Incident:
+    __slots__ = ("distance", "last_seen", "opened_at", "severity")
 
-    __slots__ = ("_every", "_median", "_stale", "values")
-
-    def __init__(self, size: int) -> None:
-        self.values: deque[float] = deque(maxlen=size)
-        self._every = max(1, size // 10)
-        self._median = 0.0
-        self._stale = self._every
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def append(self, value: float) -> None:
-        self.values.append(value)
-        self._stale += 1
-
-    def median(self) -> float:
-        if self._stale >= self._every:
-            ordered = sorted(self.values)
-            self._median = ordered[len(ordered) // 2]
-            self._stale = 0
-        return self._median
-
-
-class _TwoWindows:
-    """Means of the last `size` values and of the `size` before them, O(1) per value."""
-
-    __slots__ = ("_count", "_new", "_new_sum", "_old", "_old_sum", "size")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._new: deque[float] = deque()
-        self._old: deque[float] = deque()
-        self._new_sum = self._old_sum = 0.0
-        self._count = 0
-
-    def push(self, value: float) -> None:
-        self._new.append(value)
-        self._new_sum += value
-        if len(self._new) > self.size:
-            moved = self._new.popleft()
-            self._new_sum -= moved
-            self._old.append(moved)
-            self._old_sum += moved
-            if len(self._old) > self.size:
-                self._old_sum -= self._old.popleft()
-        self._count += 1
-        if self._count % 1024 == 0:  # re-add now and then: running sums drift
-            self._new_sum, self._old_sum = sum(self._new), sum(self._old)
-
-    def full(self) -> bool:
-        return len(self._old) == self.size
-
-    def means(self) -> tuple[float, float]:
-        """(older window, newer window)."""
-        return self._old_sum / self.size, self._new_sum / self.size
+    def __init__(self, step: int, severity: int, distance: float | None) -> None:
+        self.opened_at = self.last_seen = step
+        self.severity = severity
+        self.distance = distance
 
 
 class Detector:
@@ -133,33 +95,69 @@ class Detector:
 
     def __init__(self, config: AnomalyConfig) -> None:
         self.config = config
-        self._severity = -1
-        self._last_seen: int | None = None
+        self._incidents: dict[str, _Incident] = {}
 
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
-        """(severity, message) while the condition holds, else None. Updates state."""
+    def evaluate(self, step: int, record: Mapping[str, Any]) -> Finding | list[Finding] | None:
+        """The finding(s) while the condition holds, else None. Updates state."""
         raise NotImplementedError
 
     def check(self, step: int, record: Mapping[str, Any]) -> Anomaly | None:
-        """An alert when an incident starts or gets more severe, else None.
-
-        An incident lasts while its condition keeps recurring within
-        `cooldown` steps: a value hovering around a threshold is one incident,
-        not one alert per crossing.
-        """
+        """An alert when an incident starts or gets worse, else None."""
         found = self.evaluate(step, record)
-        if found is None:
+        return None if found is None else self.alert(step, found)
+
+    def alert(self, step: int, found: Finding | list[Finding]) -> Anomaly | None:
+        """The alert `found` (this step's findings) raises, else None.
+
+        `AnomalyMonitor` calls `evaluate`, and this only when something was
+        found: the quiet path of a record is one call per detector.
+
+        An incident (per subject) lasts while its condition keeps recurring
+        within `cooldown` steps: a value hovering around a threshold is one
+        incident, not one alert per crossing. It alerts again when it gets
+        more severe, or when a value lands `realert_factor` times further
+        from the baseline than the one last alerted (a grad norm of 1309
+        after a 6.4 warning, both over a median of 0.2). Several subjects
+        alerting at one step make one anomaly: one row per step and type.
+        """
+        if not isinstance(found, list):
+            alert = self._alert(step, found)
+            if alert is None:
+                return None
+            return {"type": self.type, "severity": alert[0], "message": alert[1]}
+        alerts = [a for a in (self._alert(step, f) for f in found) if a is not None]
+        if not alerts:
             return None
-        severity, message = found
-        rank = SEVERITY_RANK[severity]
-        ongoing = (
-            self._last_seen is not None and 0 <= step - self._last_seen <= self.config.cooldown
-        )
-        self._last_seen = step
-        if ongoing and rank <= self._severity:
-            return None
-        self._severity = rank
-        return {"type": self.type, "severity": severity, "message": message}
+        severity = max((a[0] for a in alerts), key=SEVERITY_RANK.__getitem__)
+        return {"type": self.type, "severity": severity, "message": "; ".join(a[1] for a in alerts)}
+
+    def _alert(self, step: int, finding: Finding) -> tuple[str, str] | None:
+        rank = SEVERITY_RANK[finding.severity]
+        incident = self._incidents.get(finding.subject)
+        if incident is None or not 0 <= step - incident.last_seen <= self.config.cooldown:
+            self._incidents[finding.subject] = _Incident(step, rank, finding.distance)
+            return finding.severity, finding.message
+        incident.last_seen = step
+        message = finding.message
+        if rank <= incident.severity:
+            distance, before = finding.distance, incident.distance
+            if (
+                distance is None
+                or before is None
+                or before == math.inf
+                or distance <= before  # also when `before` is 0: no re-alert per step
+                or distance < self.config.realert_factor * before
+            ):
+                return None
+            times = distance / before if before > 0 else math.inf
+            message += (
+                f" ({times:.3g}x further from normal than the alert of this incident"
+                f" opened at step {incident.opened_at})"
+            )
+        incident.severity = max(rank, incident.severity)
+        if finding.distance is not None:
+            incident.distance = finding.distance
+        return finding.severity, message
 
 
 class NonFiniteDetector(Detector):
@@ -167,20 +165,30 @@ class NonFiniteDetector(Detector):
 
     type = "nan_inf"
 
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
+    def evaluate(self, step: int, record: Mapping[str, Any]) -> Finding | None:
+        # Fast path, in C: a sum is finite iff every term is (barring overflow,
+        # which the exact scan then clears). One sum over all groups.
+        try:
+            total = 0.0
+            for group in _NUMERIC_GROUPS:
+                values = record.get(group)
+                if type(values) is dict:
+                    total += sum(values.values())
+                elif values is not None:
+                    total = math.nan  # another kind of mapping: the scan judges it
+            if total - total == 0.0:
+                return None
+        except (TypeError, OverflowError):  # a string, None or a huge int: scan
+            pass
+        return self._scan(record)
+
+    @staticmethod
+    def _scan(record: Mapping[str, Any]) -> Finding | None:
         bad: list[str] = []
         for group in _NUMERIC_GROUPS:
             values = record.get(group)
             if type(values) is not dict and not isinstance(values, Mapping):
                 continue
-            try:
-                # Fast path, all in C: a sum is finite iff every term is (barring
-                # overflow, which the exact scan below then clears).
-                total = sum(values.values())
-                if total - total == 0.0:
-                    continue
-            except TypeError:  # a string or None among the values: scan them
-                pass
             for name, value in values.items():
                 if type(value) is str:
                     value = _NONFINITE.get(value, 0.0)
@@ -190,7 +198,7 @@ class NonFiniteDetector(Detector):
         if not bad:
             return None
         shown = ", ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else "")
-        return "critical", f"non-finite values: {shown}"
+        return Finding("critical", f"non-finite values: {shown}")
 
 
 class KLExplosionDetector(Detector):
@@ -200,89 +208,34 @@ class KLExplosionDetector(Detector):
 
     def __init__(self, config: AnomalyConfig) -> None:
         super().__init__(config)
-        self._history = _Recent(config.window)
+        self._history = RecentMedian(config.window, config.min_history, config.kl_spike_factor)
 
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
-        kl = number(record, "kl", "mean")
-        if not _finite(kl):
+    def evaluate(self, step: int, record: Mapping[str, Any]) -> Finding | None:
+        kls = record.get("kl")
+        kl = kls.get("mean") if type(kls) is dict else number(record, "kl", "mean")
+        if type(kl) is not float:
+            kl = _as_float(kl)
+            if kl is None:
+                return None
+        if kl - kl != 0.0:  # NaN or Inf: the nan_inf detector's case
             return None
-        assert kl is not None
         config = self.config
-        found: tuple[str, str] | None = None
+        history = self._history
+        found: Finding | None = None
+        # The median only when a rule needs it: a healthy KL is below both.
         if kl > config.kl_threshold:
-            found = "critical", f"kl.mean {kl:.4g} > threshold {config.kl_threshold:g}"
-        elif len(self._history) >= config.min_history and kl > config.kl_spike_min:
-            median = self._history.median()
-            if kl > config.kl_spike_factor * median:
-                found = (
-                    "warning",
-                    (
-                        f"kl.mean {kl:.4g} is {kl / median if median > 0 else math.inf:.1f}x "
-                        f"its recent median {median:.4g}"
-                    ),
-                )
-        self._history.append(kl)
+            median = history.median() if len(history) >= config.min_history else 0.0
+            message = f"kl.mean {kl:.4g} > threshold {config.kl_threshold:g}"
+            found = Finding("critical", message, distance=kl - median)
+        elif (
+            kl > config.kl_spike_min and len(history) >= config.min_history and history.exceeds(kl)
+        ):
+            median = history.median()
+            times = kl / median if median > 0 else math.inf
+            message = f"kl.mean {kl:.4g} is {times:.1f}x its recent median {median:.4g}"
+            found = Finding("warning", message, distance=kl - median)
+        history.append(kl)
         return found
-
-
-class LossPlateauDetector(Detector):
-    """No new best `loss.total_loss` (by `loss_min_delta`) for `loss_patience` steps."""
-
-    type = "loss_plateau"
-
-    def __init__(self, config: AnomalyConfig) -> None:
-        super().__init__(config)
-        self._best = math.inf
-        self._best_step = -1
-        self._since_best = 0
-
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
-        loss = number(record, "loss", "total_loss")
-        if not _finite(loss):
-            return None if self._since_best < self.config.loss_patience else self._message()
-        assert loss is not None
-        if loss < self._best - self.config.loss_min_delta:
-            self._best, self._best_step, self._since_best = loss, step, 0
-            return None
-        self._since_best += 1
-        return self._message() if self._since_best >= self.config.loss_patience else None
-
-    def _message(self) -> tuple[str, str]:
-        return "warning", (
-            f"loss.total_loss has not improved by {self.config.loss_min_delta:g} for "
-            f"{self._since_best} steps (best {self._best:.4g} at step {self._best_step})"
-        )
-
-
-class LossSpikeDetector(Detector):
-    """|total_loss| above `loss_spike_factor` x the largest seen after warm-up."""
-
-    type = "loss_spike"
-
-    def __init__(self, config: AnomalyConfig) -> None:
-        super().__init__(config)
-        self._seen = 0
-        self._largest = 0.0
-
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
-        loss = number(record, "loss", "total_loss")
-        if not _finite(loss):
-            return None
-        assert loss is not None
-        self._seen += 1
-        size = abs(loss)
-        if self._seen <= self.config.loss_spike_warmup:
-            return None
-        limit = self.config.loss_spike_factor * self._largest
-        if self._largest > 0 and size > limit:
-            # A spike is not folded into the largest: the next one is judged
-            # against the healthy scale, not against the spike.
-            return "critical", (
-                f"loss.total_loss {loss:.4g} > {self.config.loss_spike_factor:g}x the largest "
-                f"loss after warm-up ({self._largest:.4g})"
-            )
-        self._largest = max(self._largest, size)
-        return None
 
 
 class GradientExplosionDetector(Detector):
@@ -293,37 +246,49 @@ class GradientExplosionDetector(Detector):
 
     def __init__(self, config: AnomalyConfig) -> None:
         super().__init__(config)
-        self._history = {name: _Recent(config.window) for name in self._FIELDS}
+        self._history = {
+            name: RecentMedian(config.window, config.min_history, config.grad_spike_factor)
+            for name in self._FIELDS
+        }
 
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
+    def evaluate(self, step: int, record: Mapping[str, Any]) -> list[Finding] | None:
+        gradients = record.get("gradient")
+        if type(gradients) is not dict and not isinstance(gradients, Mapping):
+            return None
         config = self.config
-        worst: tuple[str, str] | None = None
+        found: list[Finding] | None = None
         for name in self._FIELDS:
-            norm = number(record, "gradient", name)
-            if norm is None or norm != norm:  # missing, or NaN (the nan_inf detector's case)
+            norm = gradients.get(name)
+            if type(norm) is not float:
+                norm = _as_float(norm)
+                if norm is None:
+                    continue
+            if norm != norm:  # NaN: the nan_inf detector's case
                 continue
             history = self._history[name]
-            found: tuple[str, str] | None = None
+            finding: Finding | None = None
             if norm == math.inf or (
                 config.grad_norm_limit is not None and norm > config.grad_norm_limit
             ):
-                found = "critical", f"gradient.{name} {norm:.4g} exceeds the limit"
-            elif len(history) >= config.min_history and norm > config.grad_spike_min:
+                median = history.median() if len(history) >= config.min_history else 0.0
+                message = f"gradient.{name} {norm:.4g} exceeds the limit"
+                finding = Finding("critical", message, f"gradient.{name}", norm - median)
+            elif (
+                norm > history.quiet_below  # the quiet path: one comparison
+                and norm > config.grad_spike_min
+                and len(history) >= config.min_history
+                and history.exceeds(norm)
+            ):
                 median = history.median()
-                if norm > config.grad_spike_factor * median:
-                    found = (
-                        "warning",
-                        (
-                            f"gradient.{name} {norm:.4g} is "
-                            f"{norm / median if median > 0 else math.inf:.1f}x its recent median "
-                            f"{median:.4g}"
-                        ),
-                    )
+                times = norm / median if median > 0 else math.inf
+                message = f"gradient.{name} {norm:.4g} is {times:.1f}x its recent median "
+                message += f"{median:.4g}"
+                finding = Finding("warning", message, f"gradient.{name}", norm - median)
             if norm != math.inf:
                 history.append(norm)
-            if found and (worst is None or SEVERITY_RANK[found[0]] > SEVERITY_RANK[worst[0]]):
-                worst = found
-        return worst
+            if finding is not None:
+                found = [finding] if found is None else [*found, finding]
+        return found
 
 
 class EntropyCollapseDetector(Detector):
@@ -335,26 +300,29 @@ class EntropyCollapseDetector(Detector):
         super().__init__(config)
         self._early: list[float] = []
         self._baseline: float | None = None
+        self._limit = -math.inf  # below this, entropy fell too far; set with the baseline
 
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
+    def evaluate(self, step: int, record: Mapping[str, Any]) -> Finding | None:
         entropy = _extra(record, ENTROPY_KEYS)
-        if not _finite(entropy):
+        if entropy is None or entropy - entropy != 0.0:  # missing, NaN or Inf
             return None
-        assert entropy is not None
         config = self.config
         if self._baseline is None:
             self._early.append(entropy)
             if len(self._early) >= config.entropy_baseline_steps:
-                self._baseline = sorted(self._early)[len(self._early) // 2]
+                baseline = self._baseline = sorted(self._early)[len(self._early) // 2]
+                if baseline > 0:
+                    self._limit = (1.0 - config.entropy_drop_fraction) * baseline
         if entropy < config.entropy_floor:
-            return "warning", f"entropy {entropy:.4g} < floor {config.entropy_floor:g}"
-        if self._baseline is not None and self._baseline > 0:
-            limit = (1.0 - config.entropy_drop_fraction) * self._baseline
-            if entropy < limit:
-                return "warning", (
-                    f"entropy {entropy:.4g} fell {1 - entropy / self._baseline:.0%} below its "
-                    f"early level {self._baseline:.4g}"
-                )
+            return Finding("warning", f"entropy {entropy:.4g} < floor {config.entropy_floor:g}")
+        if entropy < self._limit:
+            early = self._baseline
+            assert early is not None
+            return Finding(
+                "warning",
+                f"entropy {entropy:.4g} fell {1 - entropy / early:.0%} below its "
+                f"early level {early:.4g}",
+            )
         return None
 
 
@@ -365,45 +333,45 @@ class RewardHackingDetector(Detector):
 
     def __init__(self, config: AnomalyConfig) -> None:
         super().__init__(config)
-        window = config.hacking_window
-        self._reward, self._kl, self._length = (_TwoWindows(window) for _ in range(3))
+        self._windows = TwoWindowSums(config.hacking_window)
 
-    def evaluate(self, step: int, record: Mapping[str, Any]) -> tuple[str, str] | None:
-        reward = number(record, "reward", "mean")
-        kl = number(record, "kl", "mean")
+    def evaluate(self, step: int, record: Mapping[str, Any]) -> Finding | None:
+        rewards, kls = record.get("reward"), record.get("kl")
+        # `number()`, inlined for the usual dicts of floats.
+        reward = rewards.get("mean") if type(rewards) is dict else None
+        if type(reward) is not float:
+            reward = number(record, "reward", "mean")
+        kl = kls.get("mean") if type(kls) is dict else None
+        if type(kl) is not float:
+            kl = number(record, "kl", "mean")
         length = _extra(record, RESPONSE_LENGTH_KEYS)
-        if not (_finite(reward) and _finite(kl) and _finite(length)):
+        if reward is None or kl is None or length is None:
             return None
-        assert reward is not None and kl is not None and length is not None
-        self._reward.push(reward)
-        self._kl.push(kl)
-        self._length.push(length)
-        if not self._reward.full():
+        # `v - v` is 0.0 for a finite number and NaN otherwise: one test for three.
+        if (reward - reward) + (kl - kl) + (length - length) != 0.0:
             return None
-        r_old, r_new = self._reward.means()
-        k_old, k_new = self._kl.means()
-        n_old, n_new = self._length.means()
+        windows = self._windows
+        if not windows.push(reward, kl, length):
+            return None
+        # The means one at a time, each only once the rule still holds: a
+        # healthy run is usually settled by the reward or KL.
+        size = windows.size
+        old, new = windows.old, windows.new
+        r_old, r_new = old[0] / size, new[0] / size
+        if not r_new > r_old:
+            return None
         config = self.config
-        window = config.hacking_window
-        if (
-            r_new > r_old
-            and k_new > config.hacking_min_kl
-            and k_new > config.hacking_kl_factor * k_old
-            and n_new > config.hacking_length_factor * n_old
-        ):
-            return "warning", (
-                f"reward {r_old:.3g}->{r_new:.3g} while kl {k_old:.3g}->{k_new:.3g} and "
-                f"response length {n_old:.4g}->{n_new:.4g} surge over {window} steps"
-            )
-        return None
-
-
-DETECTORS: Final[tuple[type[Detector], ...]] = (
-    NonFiniteDetector,
-    KLExplosionDetector,
-    LossPlateauDetector,
-    LossSpikeDetector,
-    GradientExplosionDetector,
-    EntropyCollapseDetector,
-    RewardHackingDetector,
-)
+        k_new = new[1] / size
+        if not k_new > config.hacking_min_kl:
+            return None
+        k_old = old[1] / size
+        if not k_new > config.hacking_kl_factor * k_old:
+            return None
+        n_old, n_new = old[2] / size, new[2] / size
+        if not n_new > config.hacking_length_factor * n_old:
+            return None
+        return Finding(
+            "warning",
+            f"reward {r_old:.3g}->{r_new:.3g} while kl {k_old:.3g}->{k_new:.3g} and "
+            f"response length {n_old:.4g}->{n_new:.4g} surge over {config.hacking_window} steps",
+        )

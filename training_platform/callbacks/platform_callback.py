@@ -1,14 +1,18 @@
-"""PlatformCallback: one JSON line per step plus an atomic status file (DESIGN.md §1).
+"""PlatformCallback: one JSON line per step plus an atomic status file (docs/contract.md §1).
 
 The training thread only snapshots the step's metrics (numbers, not tensors a
 trainer may later mutate in place) and hands them to a `RecordWriter`. By
 default that writer runs on a background thread: building the record, running
-the detectors, encoding and writing cost ~30 µs, which the training thread then
-does not pay. Each line is still written and flushed as soon as the writer gets
-to it (microseconds later), and the queue is drained on `on_train_end`, on
-`on_exception` and at interpreter exit. With ``stop_on_anomaly=True`` the
-writer runs inline instead, so training stops at the very step that tripped a
-detector. See docs/trainer.md for the trade-off.
+the detectors and encoding cost ~20 µs, which the training thread then does
+not pay. Lines reach the OS as soon as the writer catches up (microseconds
+later), and the queue is drained on `on_train_end`, on `on_exception` and at
+interpreter exit. With ``stop_on_anomaly=True`` the writer runs inline
+instead, so training stops at the very step that tripped a detector.
+
+The status file never lags a hook: lifecycle transitions are written by the
+hook itself, and a step holding a NaN/Inf (or an explicit anomaly) waits for
+the writer, so both are on disk when the hook returns. Only per-step progress
+is left to the writer, every `status_interval` seconds. See docs/trainer.md.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
 from training_platform.callbacks.base import (
@@ -37,7 +41,8 @@ from training_platform.callbacks.record_writer import (
     RecordWriter,
     ThreadSink,
 )
-from training_platform.callbacks.wire import to_scalar, validate_job_id
+from training_platform.callbacks.step_metrics import MetricsMerger, OpenStep
+from training_platform.callbacks.wire import validate_job_id
 
 logger = logging.getLogger(__name__)
 
@@ -45,55 +50,15 @@ Severity = Literal["info", "warning", "critical"]
 
 
 def default_output_dir() -> Path:
-    """``$PLATFORM_METRICS_DIR``, else ``./platform_metrics`` (DESIGN.md §1)."""
+    """``$PLATFORM_METRICS_DIR``, else ``./platform_metrics`` (docs/contract.md §1)."""
     return Path(os.environ.get("PLATFORM_METRICS_DIR") or "./platform_metrics")
-
-
-_PLAIN: Final = frozenset((float, int))
-
-
-class _OpenStep:
-    """Metrics gathered for a step that has not been written yet."""
-
-    __slots__ = ("anomalies", "ended_at", "metrics", "step")
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-        self.metrics: dict[str, Any] = {}
-        self.anomalies: list[Mapping[str, Any]] = []
-        self.ended_at: float | None = None
-
-
-def merge_metrics(
-    into: dict[str, Any], metrics: Mapping[str, Any], anomalies: list[Mapping[str, Any]]
-) -> None:
-    """Copy `metrics` into `into`: groups merge field by field, tensors and numpy
-    scalars become Python numbers now (the trainer may reuse the tensor), and an
-    ``"anomalies"`` list goes to `anomalies`."""
-    if _PLAIN.issuperset(map(type, metrics.values())):  # the common case, in C
-        into.update(metrics)
-        return
-    for key, value in metrics.items():
-        kind = type(value)
-        if kind is float or kind is int:
-            into[key] = value
-        elif isinstance(value, Mapping):
-            group = into.get(key)
-            if type(group) is not dict:
-                group = into[key] = {}
-            for name, item in value.items():
-                group[name] = item if type(item) is float else to_scalar(item)
-        elif key == "anomalies" and isinstance(value, list):
-            anomalies.extend(a for a in value if isinstance(a, Mapping))
-        else:
-            into[key] = to_scalar(value)
 
 
 class PlatformCallback(Callback):
     """Writes `{job_id}_metrics.jsonl` and `{job_id}_status.json` for the platform.
 
     Args:
-        job_id: the run's id (DESIGN.md pattern; `InvalidJobIdError` otherwise).
+        job_id: the run's id (docs/contract.md §3; `InvalidJobIdError` otherwise).
         output_dir: defaults to ``$PLATFORM_METRICS_DIR``, else ``./platform_metrics``.
         enable_anomaly_detection: run `AnomalyMonitor` on every record.
         kl_threshold, loss_patience: the two most-tuned detector settings; they
@@ -147,11 +112,12 @@ class PlatformCallback(Callback):
         self.queue_size = queue_size
         self._clock = clock
         self._reported: set[tuple[int, str]] = set()
-        self._open: _OpenStep | None = None
-        self._last: _OpenStep | None = None
+        self._merger = MetricsMerger(self.job_id)
+        self._open: OpenStep | None = None
+        self._last: OpenStep | None = None
         self._epoch: int | None = None
         self._stop_raised = False
-        # The lifecycle as the training thread knows it (the writer's copy may lag).
+        # The lifecycle as the training thread knows it (the hooks write its changes).
         self.state = "pending"
         self.monitor: AnomalyMonitor | None = None
         if enable_anomaly_detection:
@@ -186,7 +152,8 @@ class PlatformCallback(Callback):
         changes: dict[str, Any] = {"status": "running", "started_at": self._clock()}
         if total_steps is not None:
             changes["total_steps"] = int(total_steps)
-        self._submit(("status", changes, False))
+        # Written here, not by the writer: "running" is on disk when the hook returns.
+        self.writer.set_status(**changes)
 
     def on_train_end(self) -> None:
         if not self.enabled or self._sink is None:
@@ -194,8 +161,7 @@ class PlatformCallback(Callback):
         self._close_contributors()
         self._commit()
         if self.state == "running":
-            self.state = "stopped" if self._stop_raised else "completed"
-            self._submit(("status", {"status": self.state}, True))
+            self._finish("stopped" if self._stop_raised else "completed")
         self._close()
 
     def on_exception(self, exc: BaseException) -> None:
@@ -205,9 +171,7 @@ class PlatformCallback(Callback):
         self._commit()
         self._close_contributors()
         stopped = isinstance(exc, (StopTraining, KeyboardInterrupt))
-        self.state = "stopped" if stopped else "failed"
-        self._submit(("status", {"status": self.state, "error": _describe(exc)}, True))
-        self._sink.drain()  # type: ignore[union-attr]  # _start() made it
+        self._finish("stopped" if stopped else "failed", _describe(exc))
 
     def on_epoch_begin(self, epoch: int) -> None:
         self._epoch = epoch
@@ -227,10 +191,10 @@ class PlatformCallback(Callback):
             self._reopen()
         open_step = self._open
         if open_step is None:
-            self._open = _OpenStep(step)
+            self._open = OpenStep(step)
         elif open_step.step != step:
             self._commit()
-            self._open = _OpenStep(step)
+            self._open = OpenStep(step)
         for contributor in self.contributors:
             try:
                 contributor.on_step_begin(step)
@@ -257,9 +221,9 @@ class PlatformCallback(Callback):
         if open_step is None or open_step.step != step:
             if open_step is not None:
                 self._commit()
-            open_step = self._open = _OpenStep(step)
+            open_step = self._open = OpenStep(step)
         if metrics:
-            merge_metrics(open_step.metrics, metrics, open_step.anomalies)
+            self._merger.merge(open_step, metrics)
         open_step.ended_at = self._clock()
         for contributor in self.contributors:
             try:
@@ -270,7 +234,7 @@ class PlatformCallback(Callback):
                 report_failure(self._reported, contributor, "on_step_end")
                 continue
             if extra:
-                merge_metrics(open_step.metrics, extra, open_step.anomalies)
+                self._merger.merge(open_step, extra)
         if commit:
             self._commit()
             if self.writer.stop_request is not None:
@@ -317,7 +281,7 @@ class PlatformCallback(Callback):
             self._reopen()
         open_step = self._open
         if open_step is not None and open_step.step == step:
-            merge_metrics(open_step.metrics, metrics, open_step.anomalies)
+            self._merger.merge(open_step, metrics)
         elif self._last is not None and self._last.step == step:
             # Late metrics for a step already written: rewrite it with the union
             # (the platform keeps the newest line of a step). Detectors do not
@@ -325,15 +289,19 @@ class PlatformCallback(Callback):
             # union is a fresh copy: the writer thread may still be reading the
             # dicts it was handed before.
             last = self._last
-            union = {k: dict(v) if type(v) is dict else v for k, v in last.metrics.items()}
-            anomalies = list(last.anomalies)
-            merge_metrics(union, metrics, anomalies)
-            last.metrics, last.anomalies = union, anomalies
-            self._submit(("amend", last.step, union, last.ended_at, anomalies))
+            amended = OpenStep(step)
+            amended.metrics = {
+                k: dict(v) if type(v) is dict else v for k, v in last.metrics.items()
+            }
+            amended.anomalies = list(last.anomalies)
+            amended.ended_at = last.ended_at
+            self._merger.merge(amended, metrics)
+            self._last = amended
+            self._submit(("amend", step, amended.metrics, amended.ended_at, amended.anomalies))
         else:
             self._commit()
-            open_step = self._open = _OpenStep(step)
-            merge_metrics(open_step.metrics, metrics, open_step.anomalies)
+            open_step = self._open = OpenStep(step)
+            self._merger.merge(open_step, metrics)
 
     def _commit(self) -> None:
         open_step = self._open
@@ -344,10 +312,26 @@ class PlatformCallback(Callback):
             open_step.ended_at = self._clock()
         if self._epoch is not None and "epoch" not in open_step.metrics:
             open_step.metrics["epoch"] = self._epoch
+            # An epoch that is not a small int (never from the adapters): scan.
+            open_step.finite &= type(self._epoch) is int and abs(self._epoch) < 2**63
         self._last = open_step
+        # `finite`: the writer may skip its NaN/Inf scan (see `OpenStep.finite`).
         self._submit(
-            ("step", open_step.step, open_step.metrics, open_step.ended_at, open_step.anomalies)
+            (
+                "step",
+                open_step.step,
+                open_step.metrics,
+                open_step.ended_at,
+                open_step.anomalies,
+                open_step.finite,
+            )
         )
+        if open_step.alarming:
+            # NaN/Inf or an explicit anomaly (rare): wait until the writer has
+            # checked and written this step, so that the status file says
+            # anomaly_detected before the hook returns (a process killed right
+            # after must not leave "no anomaly" behind).
+            self._sink.drain()  # type: ignore[union-attr]  # _submit started it
 
     def _close_contributors(self) -> None:
         # The profiler writes its run-wide summary (stage_times.json) and ends a
@@ -392,6 +376,18 @@ class PlatformCallback(Callback):
             _LIVE.add(self)
         return self._sink
 
+    def _finish(self, state: str, error: str | None = None) -> None:
+        """Write the last lines, make them durable, then the final status: a
+        reader that sees "completed" finds every line already in the file."""
+        self.state = state
+        sink = self._sink if self._sink is not None else self._start()
+        sink.submit(("fsync",))
+        sink.drain()
+        changes: dict[str, Any] = {"status": state}
+        if error is not None:
+            changes["error"] = error
+        self.writer.set_status(final=True, **changes)
+
     def _close(self) -> None:
         sink, self._sink = self._sink, None
         if sink is not None:
@@ -409,9 +405,7 @@ class PlatformCallback(Callback):
             if exc is not None:
                 self.on_exception(exc)
             else:
-                self.state = "stopped"
-                reason = "the process exited before on_train_end"
-                self._submit(("status", {"status": "stopped", "error": reason}, True))
+                self._finish("stopped", "the process exited before on_train_end")
         self._close()
 
 

@@ -1,14 +1,25 @@
 """The writing half of `PlatformCallback`: records, detectors, the two files.
 
-`RecordWriter` turns commands into file writes and is only ever driven by one
-thread at a time: inline (`InlineSink`) or by a background thread
-(`ThreadSink`), so it needs no locks. Commands are plain tuples:
+`RecordWriter` turns commands into file writes. Its commands are handled by
+one thread at a time: inline (`InlineSink`) or by a background thread
+(`ThreadSink`). Commands are plain tuples:
 
 - ``("step", step, metrics, timestamp, anomalies)``: build, check, write a line;
 - ``("amend", step, metrics, timestamp, anomalies)``: rewrite a written step
   with late metrics (no detector pass: its anomalies are carried over);
-- ``("status", changes, final)``: update and rewrite the status file;
 - ``("fsync",)`` and ``("close",)``.
+
+The status file is the one thing two threads write: lifecycle transitions
+come straight from the training thread (`set_status`, so they are on disk
+before the hook returns), progress and anomalies from whichever thread runs
+the commands. Every status write happens under one lock and serialises the
+one shared status dict, so a write always carries every change made before
+it: a late progress write can never put back an older state.
+
+Lines are gathered while commands keep coming and written with one `os.write`
+when the queue runs dry (or every `_BATCH_LINES` lines): a busy writer makes
+one system call per batch, not per step, and a hook that waits for the writer
+(`drain`) finds every line it submitted already in the file.
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ logger = logging.getLogger(__name__)
 FsyncPolicy = Literal["never", "end", "always"] | float
 
 _ALERT: Final = SEVERITY_RANK["warning"]
+# Lines gathered before one os.write: bounds the memory and the delay of a batch.
+_BATCH_LINES: Final = 256
 
 
 class RecordWriter:
@@ -75,6 +88,10 @@ class RecordWriter:
         # store, so the GIL makes the hand-over safe without a lock.
         self.stop_request: StopTraining | None = None
         self.lines_written = 0
+        self.last_step: int | None = None
+        self._lowest_step: int | None = None
+        self._status_lock = threading.Lock()
+        self._lines: list[bytes] = []
         self._fd: int | None = None
         self._found: tuple[int, list[dict[str, str]]] = (-1, [])
         self._status_written_at = -math.inf
@@ -87,14 +104,21 @@ class RecordWriter:
         try:
             if kind == "step" or kind == "amend":
                 self._write_step(*command[1:], detect=kind == "step")
-            elif kind == "status":
-                self.set_status(final=command[2], **command[1])
             elif kind == "fsync":
+                self.write_gathered()  # a failure to write lines is the steps' failure
                 self._fsync()
             elif kind == "close":
+                self.write_gathered()
                 self._close()
         except Exception:
             report_failure(self._reported, self, kind)
+
+    def write_gathered(self) -> None:
+        """`flush_lines`, with a failure logged once (as a step's) and never raised."""
+        try:
+            self.flush_lines()
+        except Exception:
+            report_failure(self._reported, self, "step")
 
     # -- metrics file ------------------------------------------------------
 
@@ -116,37 +140,53 @@ class RecordWriter:
         if found:
             record.setdefault("anomalies", []).extend(found)
         self._append(encode_record(record))
-        self.status["current_step"] = record["step"]
-        alerts = [a for a in record.get("anomalies", ()) if SEVERITY_RANK[a["severity"]] >= _ALERT]
+        step = record["step"]
+        self.last_step = step
+        if self._lowest_step is None or step < self._lowest_step:
+            self._lowest_step = step
+        listed = record.get("anomalies")
+        alerts = [a for a in listed if SEVERITY_RANK[a["severity"]] >= _ALERT] if listed else None
         if alerts and detect:
             self._on_alerts(alerts)
         elif self.clock() - self._status_written_at >= self.status_interval:
+            self.flush_lines()  # the status never runs ahead of the file
             self.set_status()
 
     def _on_alerts(self, alerts: list[dict[str, str]]) -> None:
         worst = max(alerts, key=lambda a: SEVERITY_RANK[a["severity"]])
         reason = f"{worst['type']}: {worst['message']}"
-        self.status["anomaly_detected"] = True
-        self.status["anomaly_reason"] = reason
+        self.flush_lines()  # the anomaly's line first, then the status that points at it
+        self.set_status(anomaly_detected=True, anomaly_reason=reason)
         rank = SEVERITY_RANK[worst["severity"]]
         if self.stop_rank is not None and self.stop_request is None and rank >= self.stop_rank:
             self.stop_request = StopTraining(reason, alerts)
-        self.set_status()
 
     def _append(self, line: bytes) -> None:
-        fd = self._fd if self._fd is not None else self._open()
-        # One os.write on an O_APPEND descriptor: the line reaches the OS in one
-        # piece (a reader never sees it half-written unless the disk is full).
-        written = os.write(fd, line)
-        while written < len(line):
-            line = line[written:]
-            written = os.write(fd, line)
+        lines = self._lines
+        lines.append(line)
         self.lines_written += 1
         policy = self.fsync
         if policy == "always" or (
             type(policy) in (int, float) and self.clock() - self._synced_at >= policy  # type: ignore[operator]
         ):
             self._fsync()
+        elif len(lines) >= _BATCH_LINES:
+            self.flush_lines()
+
+    def flush_lines(self) -> None:
+        """Hand every gathered line to the OS (one `os.write`; no fsync)."""
+        lines = self._lines
+        if not lines:
+            return
+        self._lines = []
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        fd = self._fd if self._fd is not None else self._open()
+        # One os.write on an O_APPEND descriptor: the lines reach the OS in one
+        # piece (a reader never sees one half-written unless the disk is full).
+        written = os.write(fd, data)
+        while written < len(data):
+            data = data[written:]
+            written = os.write(fd, data)
 
     def _open(self) -> int:
         path = self.metrics_path
@@ -168,11 +208,13 @@ class RecordWriter:
         return self._fd
 
     def _fsync(self) -> None:
+        self.flush_lines()
         if self._fd is not None and self.fsync != "never":
             os.fsync(self._fd)
         self._synced_at = self.clock()
 
     def _close(self) -> None:
+        self.flush_lines()
         if self._fd is not None:
             if self.fsync != "never":
                 os.fsync(self._fd)
@@ -182,14 +224,40 @@ class RecordWriter:
     # -- status file -------------------------------------------------------
 
     def set_status(self, final: bool = False, **changes: Any) -> None:
-        """Apply `changes` and rewrite the status file atomically (temp + rename)."""
+        """Apply `changes` and rewrite the status file atomically (temp + rename).
+
+        Safe from any thread: the update and the write happen under one lock,
+        so the file on disk is always the newest state, never an older one
+        written late. `current_step` is the last written step, and once the
+        run is ``completed``, the number of steps done (see `steps_done`).
+        """
         if changes.get("status") == "running":
             changes.setdefault("error", None)
-        self.status.update(changes)
-        now = self.clock()
-        self.status["updated_at"] = now
-        self._status_written_at = now
-        write_json_atomic(self.status_path, self.status, fsync=final and self.fsync != "never")
+        with self._status_lock:
+            status = self.status
+            status.update(changes)
+            if status["status"] == "completed":
+                status["current_step"] = self.steps_done()
+            elif self.last_step is not None:
+                status["current_step"] = self.last_step
+            now = self.clock()
+            status["updated_at"] = now
+            self._status_written_at = now
+            write_json_atomic(self.status_path, status, fsync=final and self.fsync != "never")
+
+    def steps_done(self) -> int:
+        """How many steps a finished run did, whichever base its loop counts from.
+
+        A 0-based loop (its lowest step was 0, or its last is ``total_steps - 1``)
+        did ``last + 1`` steps; a 1-based one (the HF Trainer's and verl's global
+        step) did ``last``. So a completed run of 700 steps shows 700 / 700.
+        """
+        last = self.last_step
+        if last is None:
+            return 0
+        total = self.status.get("total_steps")
+        zero_based = self._lowest_step == 0 or (total is not None and last + 1 == total)
+        return last + 1 if zero_based else last
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any], *, fsync: bool = False) -> None:
@@ -224,6 +292,7 @@ class InlineSink:
 
     def submit(self, command: tuple[Any, ...]) -> None:
         self.writer.handle(command)
+        self.writer.write_gathered()  # inline: the line is in the file when the hook returns
 
     def drain(self, timeout: float | None = None) -> bool:
         return True
@@ -260,14 +329,18 @@ class ThreadSink:
             time.sleep(0.001)
 
     def _run(self) -> None:
+        writer, commands = self.writer, self._queue
         while True:
-            command = self._queue.get()
+            command = commands.get()
             if command is _STOP:
                 return
             if command[0] == "sync":
+                writer.write_gathered()
                 command[1].set()
-            else:
-                self.writer.handle(command)
+                continue
+            writer.handle(command)
+            if commands.empty():  # caught up: write the batch before sleeping
+                writer.write_gathered()
 
     def drain(self, timeout: float | None = 30.0) -> bool:
         """Wait until every command submitted so far is done; False on timeout."""

@@ -3,6 +3,8 @@
 The engine is built by the caller (the app's lifespan, the CLI, a test) from a
 URL; nothing here runs at import time. The schema only changes through Alembic
 (`migrations/` at the repository root); `migrate_to_head` drives it from code.
+A wheel carries those same scripts as `training_platform/_migrations/` (see
+setup.py), so `migrate` and `serve` work however the package is installed.
 """
 
 from __future__ import annotations
@@ -37,13 +39,18 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MIGRATIONS_DIR = REPO_ROOT / "migrations"
-ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+# A wheel install: the scripts inside the package (setup.py maps migrations/
+# onto training_platform/_migrations). A source checkout: the repository's.
+PACKAGED_MIGRATIONS = Path(__file__).resolve().parents[1] / "_migrations"
+REPO_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class MigrationsMissingError(PlatformError):
+    """This installation has no Alembic scripts (a broken install)."""
 
 
 class SchemaOutOfDateError(PlatformError):
@@ -149,9 +156,27 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         session.close()
 
 
+def migrations_dir() -> Path:
+    """Where the Alembic scripts are: inside the installed package, else the checkout's."""
+    for candidate in (PACKAGED_MIGRATIONS, REPO_MIGRATIONS):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise MigrationsMissingError(
+        f"no Alembic scripts in {PACKAGED_MIGRATIONS} or {REPO_MIGRATIONS}: "
+        "reinstall the package (pip install --force-reinstall training-platform)"
+    )
+
+
 def alembic_config(url: str | None = None) -> Config:
-    config = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    """The Alembic config, built in code: no alembic.ini is needed at run time.
+
+    alembic.ini stays at the repository root for developers running `alembic`
+    there (e.g. `alembic revision`); the options below mirror its own.
+    """
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("path_separator", "os")
+    config.set_main_option("file_template", "%%(rev)s_%%(slug)s")
     if url is not None:
         # ConfigParser treats % as interpolation; URLs may contain %-escapes.
         config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))

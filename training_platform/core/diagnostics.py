@@ -8,8 +8,9 @@ it finds with ``source = "platform"`` (callback-reported anomalies keep
 Detectors are stateful (recent medians, best loss, cooldowns) and must see a
 job's records in step order. A job's `AnomalyMonitor` lives in memory; the
 first time this process diagnoses a job it is warmed up by replaying the job's
-stored history (its first records, which set early baselines such as entropy,
-then its most recent `warmup_records`) with the alerts thrown away, because
+stored history (its first `AnomalyConfig.early_records`, which set early
+baselines such as entropy and each loss's early level, then its most recent
+`warmup_records`) with the alerts thrown away, because
 those records were diagnosed before the restart. So a restart neither
 re-alerts an ongoing incident (the cooldown state is rebuilt) nor starts
 from zero (medians and baselines are rebuilt). A resumed run that rewrites
@@ -177,13 +178,14 @@ class PlatformDiagnostics:
         monitor = AnomalyMonitor(self.config)
         if self.warmup_records <= 0 or before_step <= 0:
             return monitor
-        # Early baselines (entropy) come from a run's first records; the rest of
-        # the state (medians, best loss, cooldowns) from its most recent ones.
+        # Early baselines (entropy, loss levels) come from a run's first records;
+        # the rest of the state (medians, loss blocks, cooldowns) from its most
+        # recent ones.
         head = list_metrics(
             session,
             job_id=job_id,
             end_step=before_step - 1,
-            limit=self.config.entropy_baseline_steps,
+            limit=self.config.early_records,
         )
         tail_rows = session.scalars(
             select(TrainingMetric)

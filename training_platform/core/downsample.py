@@ -368,8 +368,17 @@ def wanted(key: str, fields: frozenset[str] | None) -> bool:
     return fields is None or key in fields or key.split(".", 1)[0] in fields
 
 
-def buckets_to_json(buckets: Sequence[Piece], fields: frozenset[str] | None) -> dict[str, Any]:
+def buckets_to_json(
+    buckets: Sequence[Piece],
+    fields: frozenset[str] | None,
+    *,
+    max_series: int | None = None,
+    omitted: list[str] | None = None,
+) -> dict[str, Any]:
     """Columnar arrays, one entry per bucket, for every series present.
+
+    At most `max_series` series, the first in name order; the names of the
+    others are appended to `omitted`.
 
     ``steps``/``last_steps`` bound each bucket; per series ``min``, ``max``,
     ``mean`` (null where the bucket has no finite value of it) and
@@ -386,7 +395,7 @@ def buckets_to_json(buckets: Sequence[Piece], fields: frozenset[str] | None) -> 
     present: set[str] = set()
     for keys, _ in runs:
         present.update(keys)
-    keys = sorted(key for key in present if wanted(key, fields))
+    keys = _at_most(sorted(key for key in present if wanted(key, fields)), max_series, omitted)
     series: dict[str, dict[str, list[Any]]] = {
         key: {"min": [], "max": [], "mean": [], "nonfinite": []} for key in keys
     }
@@ -487,9 +496,33 @@ def _packed_columns(
 def records_to_json(records: list[dict[str, Any]], fields: frozenset[str] | None) -> dict[str, Any]:
     """Raw records (API convention: non-finite as strings) as columnar ``values`` arrays."""
     flat = [series_values(record) for record in records]
+    return values_to_json([record["step"] for record in records], flat, fields)
+
+
+def values_to_json(
+    steps: list[int],
+    flat: Sequence[Mapping[str, float | int]],
+    fields: frozenset[str] | None,
+    *,
+    max_series: int | None = None,
+    omitted: list[str] | None = None,
+) -> dict[str, Any]:
+    """`series_values` of each step as columnar ``values`` arrays (non-finite as strings).
+
+    At most `max_series` series, as `buckets_to_json`.
+    """
     keys = sorted({key for values in flat for key in values if wanted(key, fields)})
+    keys = _at_most(keys, max_series, omitted)
     series = {key: {"values": [_api_number(values.get(key)) for values in flat]} for key in keys}
-    return {"steps": [record["step"] for record in records], "series": series}
+    return {"steps": steps, "series": series}
+
+
+def _at_most(keys: list[str], limit: int | None, omitted: list[str] | None) -> list[str]:
+    if limit is None or len(keys) <= limit:
+        return keys
+    if omitted is not None:
+        omitted.extend(keys[limit:])
+    return keys[:limit]
 
 
 def _api_number(value: float | int | None) -> Any:

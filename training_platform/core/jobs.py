@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import case, delete, func, select
 from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire import validate_job_id
@@ -22,7 +23,8 @@ from training_platform.core.metrics_reader import (
     SSHMetricsReader,
     discover_job_ids,
 )
-from training_platform.core.models import Anomaly, Job, SyncState, TrainingMetric
+from training_platform.core.models import Anomaly, DeletedJob, Job, SyncState, TrainingMetric
+from training_platform.core.rollups import MetricRollup
 from training_platform.core.ssh import SSHTarget, resolve_key_path
 from training_platform.errors import InvalidSourceError, JobConflictError, JobNotFoundError
 from training_platform.settings import Settings
@@ -37,6 +39,11 @@ class SSHSource:
     remote_dir: str
 
 
+Health = Literal["ok", "warning", "critical"]
+# The status the live pipeline (core/live.py) gives a "running" job gone silent.
+STALLED: Final = "stalled"
+
+
 @dataclass(frozen=True)
 class JobSummary:
     """A job with the figures the jobs list shows next to it."""
@@ -46,6 +53,35 @@ class JobSummary:
     latest_step: int | None
     anomaly_count: int
     sync: SyncState | None
+    critical_count: int = 0
+    warning_count: int = 0
+
+    @property
+    def health(self) -> Health:
+        return job_health(
+            critical_count=self.critical_count,
+            warning_count=self.warning_count,
+            stalled=self.job.status == STALLED,
+            trainer_flagged=bool(self.job.anomaly_detected),
+        )
+
+
+def job_health(
+    *, critical_count: int, warning_count: int, stalled: bool, trainer_flagged: bool
+) -> Health:
+    """The job's verdict at a glance (docs/platform.md, "Health").
+
+    `critical`: any critical anomaly stored for the run, from either source.
+    `warning`: any warning anomaly, a stalled run, or a status file that says
+    `anomaly_detected`. `ok` otherwise; `info` anomalies never count. Every
+    anomaly of the run counts, not only recent ones: a run that blew up and
+    recovered is still worth a look, and anomalies have no "resolved" state.
+    """
+    if critical_count:
+        return "critical"
+    if warning_count or stalled or trainer_flagged:
+        return "warning"
+    return "ok"
 
 
 def get_job(session: Session, job_id: str) -> Job:
@@ -55,8 +91,15 @@ def get_job(session: Session, job_id: str) -> Job:
     return job
 
 
-def summarize_jobs(session: Session, job_id: str | None = None) -> list[JobSummary]:
-    """Jobs (all, or one) with their metric count, latest step and anomaly count."""
+def summarize_jobs(
+    session: Session, job_id: str | None = None, *, health: Health | None = None
+) -> list[JobSummary]:
+    """Jobs (all, or one) with their metric count, latest step, anomalies and health.
+
+    One query whatever the number of jobs: the per-job figures come from
+    grouped subqueries, so the jobs list costs the same for 5 jobs or 500.
+    `health` keeps only the jobs with that verdict.
+    """
     metrics = (
         select(
             TrainingMetric.job_id,
@@ -66,9 +109,26 @@ def summarize_jobs(session: Session, job_id: str | None = None) -> list[JobSumma
         .group_by(TrainingMetric.job_id)
         .subquery()
     )
-    anomalies = select(Anomaly.job_id, func.count().label("n")).group_by(Anomaly.job_id).subquery()
+    anomalies = (
+        select(
+            Anomaly.job_id,
+            func.count().label("n"),
+            func.sum(case((Anomaly.severity == "critical", 1), else_=0)).label("critical"),
+            func.sum(case((Anomaly.severity == "warning", 1), else_=0)).label("warning"),
+        )
+        .group_by(Anomaly.job_id)
+        .subquery()
+    )
     query = (
-        select(Job, metrics.c.n, metrics.c.latest, anomalies.c.n, SyncState)
+        select(
+            Job,
+            metrics.c.n,
+            metrics.c.latest,
+            anomalies.c.n,
+            anomalies.c.critical,
+            anomalies.c.warning,
+            SyncState,
+        )
         .outerjoin(metrics, metrics.c.job_id == Job.job_id)
         .outerjoin(anomalies, anomalies.c.job_id == Job.job_id)
         .outerjoin(SyncState, SyncState.job_id == Job.job_id)
@@ -76,22 +136,28 @@ def summarize_jobs(session: Session, job_id: str | None = None) -> list[JobSumma
     )
     if job_id is not None:
         query = query.where(Job.job_id == job_id)
-    return [
-        JobSummary(job, n or 0, latest, n_anomalies or 0, sync)
-        for job, n, latest, n_anomalies, sync in session.execute(query)
+    summaries = [
+        JobSummary(job, n or 0, latest, n_anomalies or 0, sync, int(critical or 0), int(warn or 0))
+        for job, n, latest, n_anomalies, critical, warn, sync in session.execute(query)
     ]
+    if health is not None:
+        summaries = [summary for summary in summaries if summary.health == health]
+    return summaries
 
 
 def discover_jobs(session: Session, metrics_dir: Path) -> list[str]:
     """Register every `{job_id}_metrics.jsonl` in `metrics_dir` not known yet.
 
     Returns the ids added. A job registered under the same id elsewhere keeps
-    its registration (first come, first served; never silently re-pointed).
+    its registration (first come, first served; never silently re-pointed). A
+    job deleted through the API stays deleted even while its file still grows
+    (its tombstone in `deleted_jobs`), until it is registered again.
     """
     if not metrics_dir.is_dir():
         return []
     directory = str(metrics_dir.resolve())
     known = set(session.scalars(select(Job.job_id)))
+    known.update(session.scalars(select(DeletedJob.job_id)))
     added = [job_id for job_id in discover_job_ids(metrics_dir) if job_id not in known]
     now = time.time()
     for job_id in added:
@@ -149,10 +215,39 @@ def register_job(
             return existing, False
         raise JobConflictError(f"job {job_id!r} already exists with a different source")
     candidate.created_at = time.time()
+    # Registering is the explicit "bring it back" for a deleted job.
+    session.execute(delete(DeletedJob).where(DeletedJob.job_id == job_id))
     session.add(candidate)
     session.flush()
     ensure_sync_state(session, job_id)
     return candidate, True
+
+
+def delete_job(session: Session, job_id: str) -> None:
+    """Delete a job's rows, rollups, anomalies and sync state, and leave a tombstone.
+
+    The job's files are never touched. The tombstone keeps discovery from
+    registering the job again while its file is still there (or still being
+    written). Raises `JobNotFoundError`. Only adds/flushes: the caller commits,
+    holding the job's sync lock so no sync of it is half-done meanwhile.
+
+    The child tables are emptied explicitly, not left to ON DELETE CASCADE
+    alone: SQLite enforces foreign keys only on connections that ask for it.
+    """
+    get_job(session, job_id)
+    for table in (Anomaly, MetricRollup, TrainingMetric, SyncState):
+        session.execute(
+            delete(table).where(table.job_id == job_id).execution_options(synchronize_session=False)
+        )
+    session.execute(
+        delete(Job).where(Job.job_id == job_id).execution_options(synchronize_session=False)
+    )
+    session.execute(
+        dialect_insert(session)(DeletedJob.__table__)
+        .values(job_id=job_id, deleted_at=time.time())
+        .on_conflict_do_update(index_elements=["job_id"], set_={"deleted_at": time.time()})
+    )
+    session.expunge_all()
 
 
 def _same_source(a: Job, b: Job) -> bool:
@@ -179,8 +274,15 @@ def ssh_target(job: Job, settings: Settings) -> SSHTarget:
 def make_reader(job: Job, settings: Settings) -> MetricsReader:
     """The reader for a job's files, local or over SSH."""
     limits = {"max_line_bytes": settings.max_line_bytes, "max_bytes": settings.sync_batch_bytes}
+    follow = settings.follow_symlinks
     if job.source == "ssh":
         assert job.ssh_remote_dir is not None
-        return SSHMetricsReader(job.job_id, job.ssh_remote_dir, ssh_target(job, settings), **limits)
+        return SSHMetricsReader(
+            job.job_id,
+            job.ssh_remote_dir,
+            ssh_target(job, settings),
+            follow_symlinks=follow,
+            **limits,
+        )
     assert job.metrics_dir is not None
-    return LocalMetricsReader(job.job_id, job.metrics_dir, **limits)
+    return LocalMetricsReader(job.job_id, job.metrics_dir, follow_symlinks=follow, **limits)

@@ -10,8 +10,14 @@ commit order) it:
    queue: a full queue drops that subscriber alone (it is told why), never
    slows the sync or the other subscribers;
 3. runs the platform's detectors (`PlatformDiagnostics`), announces new
-   anomalies as messages and to the webhook;
+   anomalies as messages and to the webhook, one per incident: what the
+   callback and the platform both found at a (step, type) goes out once,
+   naming both sources;
 4. tells the stall watch that the file grew.
+
+Status changes go out through `StatusCoalescer`: at once when the status,
+total_steps or the anomaly flag or reason change, progress alone at most once per
+`status_interval` per job.
 
 A client that asks for history first (`since_step`) is served by the hand-over
 rule in `HandOver`: subscribe first, then read the history in pages (each page
@@ -29,7 +35,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -38,7 +44,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from training_platform.core.diagnostics import PlatformDiagnostics
+from training_platform.core.live_progress import StatusCoalescer
 from training_platform.core.metric_rows import record_nonfinite_as_strings
+from training_platform.core.metrics_query import merge_incidents
 from training_platform.core.models import Job, TrainingMetric
 from training_platform.core.stall import StallWatch
 from training_platform.core.sync_service import STATUS_FIELDS, TERMINAL_STATUSES
@@ -48,9 +56,10 @@ logger = logging.getLogger(__name__)
 
 STALLED: Final = "stalled"
 _STATUS_KEYS: Final = ("job_id", *STATUS_FIELDS)
-# A status message goes out when one of these changes; `current_step` and
-# `updated_at` move every step and the metric messages already show progress.
+# A change of one of these is announced at once; a change of the rest
+# (`current_step`, `updated_at`: every step) is progress, coalesced.
 _ANNOUNCED_KEYS: Final = ("status", "total_steps", "anomaly_detected", "anomaly_reason")
+_ANOMALY_KEYS: Final = ("step", "type", "severity", "message", "source", "sources", "created_at")
 
 
 class Message(NamedTuple):
@@ -87,8 +96,9 @@ def metric_message(seq: int, record: dict[str, Any], *, max_bytes: int) -> Messa
 
 
 def anomaly_message(seq: int, anomaly: dict[str, Any]) -> Message:
-    data = {key: anomaly[key] for key in ("step", "type", "severity", "message", "source")}
-    data["created_at"] = anomaly.get("created_at")
+    """One incident: `sources` names every source that found it (see `merge_incidents`)."""
+    data = {key: anomaly.get(key) for key in _ANOMALY_KEYS}
+    data["sources"] = anomaly.get("sources") or [anomaly["source"]]
     return Message(seq, "anomaly", anomaly["step"], _dumps({"type": "anomaly", "data": data}))
 
 
@@ -197,6 +207,11 @@ class JobChannel:
         for subscription in list(self._subscribers):
             subscription.offer(messages)
 
+    def drop_all(self, reason: str) -> None:
+        """Disconnect every subscriber, e.g. the job was deleted (event loop only)."""
+        for subscription in list(self._subscribers):
+            subscription.drop(reason)
+
 
 class HandOver:
     """Which queued messages a client already got from its history pages.
@@ -248,6 +263,8 @@ class LivePipeline:
         diagnostics: PlatformDiagnostics | None,
         stall: StallWatch,
         webhook: WebhookNotifier | None = None,
+        status_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue_size = queue_size
         self.max_message_bytes = max_message_bytes
@@ -258,8 +275,12 @@ class LivePipeline:
         self._announced: dict[str, tuple[Any, ...]] = {}
         self._guard = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.statuses = StatusCoalescer(status_interval, clock)
 
     def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Fan out on `loop` from now on; None stops (call it on the old loop)."""
+        if loop is None:
+            self.statuses.cancel()
         self._loop = loop
 
     def channel(self, job_id: str) -> JobChannel:
@@ -289,11 +310,15 @@ class LivePipeline:
             anomalies += self.diagnostics.diagnose(job_id, records)
         if not anomalies:
             return
+        # The platform diagnoses the very records that carry the callback's
+        # findings, so both sources of an incident are in this batch: merged
+        # here, it goes out once, and never as a second message later.
+        incidents = merge_incidents(anomalies)
         if channel.subscriber_count:
-            self._deliver(channel, [anomaly_message(seq, anomaly) for anomaly in anomalies])
+            self._deliver(channel, [anomaly_message(seq, incident) for incident in incidents])
         if self.webhook is not None:
-            for anomaly in anomalies:
-                self.webhook.notify({"event": "anomaly", **anomaly})
+            for incident in incidents:
+                self.webhook.notify({"event": "anomaly", "job_id": job_id, **incident})
 
     def review_status(self, session: Session, job: Job) -> None:
         job_id = job.job_id
@@ -315,25 +340,35 @@ class LivePipeline:
         status = status_data(job)
         key = tuple(status[name] for name in _ANNOUNCED_KEYS)
         with self._guard:
-            if self._announced.get(job.job_id) == key:
-                return
+            urgent = self._announced.get(job.job_id) != key
             self._announced[job.job_id] = key
         channel = self.channel(job.job_id)
         seq = channel.next_seq()
-        if channel.subscriber_count:
-            self._deliver(channel, status_messages(seq, status))
+        if not channel.subscriber_count:
+            return  # a later subscriber gets the current status when it connects
+        send = self.statuses.announce if urgent else self.statuses.progress
+        self._schedule(send, channel, status_messages(seq, status))
 
     # -- helpers ---------------------------------------------------------------
 
     def _deliver(self, channel: JobChannel, messages: list[Message]) -> None:
+        if messages:
+            self._schedule(JobChannel.publish, channel, messages)
+
+    def _schedule(
+        self,
+        send: Callable[[JobChannel, Sequence[Message]], None],
+        channel: JobChannel,
+        messages: Sequence[Message],
+    ) -> None:
         loop = self._loop
-        if loop is None or not messages:
+        if loop is None:
             return
         # FIFO: calls scheduled from one thread run in order, and one job's
         # hooks only ever run one at a time, so commit order is kept. A loop
         # closed under us (server shutting down) has nobody left to tell.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(channel.publish, messages)
+            loop.call_soon_threadsafe(send, channel, messages)
 
     def _prime_stall(self, session: Session, job: Job) -> None:
         newest = session.scalar(

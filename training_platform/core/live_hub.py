@@ -122,6 +122,7 @@ class LiveHub:
                 factor=settings.stall_factor, min_seconds=settings.stall_min_seconds, clock=clock
             ),
             webhook=webhook,
+            status_interval=settings.live_status_interval,
         )
         service = SyncService(factory, settings, listener=pipeline)
         return cls(factory, settings, service, pipeline)
@@ -157,6 +158,15 @@ class LiveHub:
         self.pipeline.attach(None)
         if self.pipeline.webhook is not None:
             await to_thread.run_sync(self.pipeline.webhook.close)
+
+    def forget_job(self, job_id: str) -> None:
+        """A deleted job (event loop): drop its stall and detector state, disconnect
+        its live subscribers. Its queued syncs find it gone and do nothing."""
+        self.pipeline.stall.forget(job_id)
+        if self.pipeline.diagnostics is not None:
+            self.pipeline.diagnostics.forget(job_id)
+        self.pipeline.channel(job_id).drop_all("job deleted")
+        self._last_poll.pop(job_id, None)
 
     # -- triggering --------------------------------------------------------------
 

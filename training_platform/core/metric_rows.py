@@ -1,4 +1,4 @@
-"""Records (DESIGN.md's nested shape) <-> `training_metrics` rows, losslessly.
+"""Records (docs/contract.md §2's nested shape) <-> `training_metrics` rows, losslessly.
 
 Numeric group fields become columns; `timing`, `extra`, `other` and the
 callback's `anomalies` list become JSON. Non-finite numbers are stored as NULL
@@ -14,8 +14,13 @@ from typing import Any, Final
 import orjson
 
 from training_platform.callbacks.wire import GROUP_FIELDS
+from training_platform.core.storable import (
+    MAX_JSON_VALUE_BYTES,
+    storable_anomalies,
+    storable_json_group,
+)
 
-# (group, field) -> column name, in DESIGN.md order.
+# (group, field) -> column name, in the order of docs/contract.md §2.
 COLUMN_OF: Final[dict[tuple[str, str], str]] = {
     ("loss", "actor_loss"): "actor_loss",
     ("loss", "critic_loss"): "critic_loss",
@@ -88,13 +93,23 @@ def _nonfinite_marks(values: dict[str, Any]) -> dict[str, str] | None:
 
 
 def record_to_params(
-    job_id: str, record: dict[str, Any], received_at: float, *, json_as_text: bool = True
+    job_id: str,
+    record: dict[str, Any],
+    received_at: float,
+    *,
+    json_as_text: bool = True,
+    notes: list[str] | None = None,
 ) -> list[Any]:
     """Column values in `ROW_KEYS` order, ready for a DBAPI `executemany`.
 
     This is the ingestion hot path: one pass over the record. JSON columns are
     serialised with orjson, which writes NaN as null -- exactly what we store,
     with the truth kept in `nonfinite` -- so no copy of the dict is needed.
+
+    Values neither database could store (too deep, too big, lone surrogates,
+    NUL or over-long text: see `core/storable.py`) are replaced in `record`
+    itself too, so what is announced is what is stored; `notes` gets a line
+    per change.
     """
     params: list[Any] = [None] * len(ROW_KEYS)
     params[0], params[1], params[2] = job_id, record["step"], record.get("timestamp")
@@ -117,25 +132,44 @@ def record_to_params(
     dumps = _dumps if json_as_text else _identity
     for group, position in _JSON_SLOTS:
         values = record.get(group)
-        if values:
-            marks = _nonfinite_marks(values)
-            if marks:
-                if nonfinite is None:
-                    nonfinite = {}
-                nonfinite[group] = marks
-            params[position] = dumps(values if not marks or json_as_text else _nulled(values))
+        if not values:
+            continue
+        if _all_finite(values):  # numbers only (the usual case): nothing nested or textual
+            try:
+                text = orjson.dumps(values)
+            except TypeError:  # a key orjson cannot write (a lone surrogate)
+                text = b""
+            if 0 < len(text) <= MAX_JSON_VALUE_BYTES:
+                params[position] = text.decode() if json_as_text else values
+                continue
+        values, text_value = _storable_group(record, group, values, notes)
+        marks = _nonfinite_marks(values)
+        if marks:
+            if nonfinite is None:
+                nonfinite = {}
+            nonfinite[group] = marks
+        # orjson wrote NaN as null already: the text is what is stored either way.
+        params[position] = text_value if json_as_text else _nulled(values) if marks else values
     other = record.get("other")
     if other:
+        other, text_value = _storable_group(record, "other", other, notes)
         for group, values in other.items():
-            marks = _nonfinite_marks(values)
+            marks = _nonfinite_marks(values) if type(values) is dict else None
             if marks:
                 if nonfinite is None:
                     nonfinite = {}
                 nonfinite.setdefault("other", {})[group] = marks
-        params[_OTHER] = dumps(other if json_as_text else {g: _nulled(v) for g, v in other.items()})
+        params[_OTHER] = (
+            text_value
+            if json_as_text
+            else {g: _nulled(v) if type(v) is dict else v for g, v in other.items()}
+        )
     anomalies = record.get("anomalies")
     params[_HAS_ANOMALY] = bool(anomalies)
     if anomalies:
+        clean = storable_anomalies(anomalies, notes)
+        if clean is not anomalies:
+            record["anomalies"] = anomalies = clean
         params[_ANOMALIES] = dumps(anomalies)
         params[_ANOMALY_TYPE] = ",".join(dict.fromkeys(a["type"] for a in anomalies))
         params[_ANOMALY_MESSAGE] = "; ".join(a["message"] for a in anomalies if a["message"])
@@ -158,6 +192,21 @@ _ANOMALIES: Final = _POSITION["anomalies"]
 _ANOMALY_TYPE: Final = _POSITION["anomaly_type"]
 _ANOMALY_MESSAGE: Final = _POSITION["anomaly_message"]
 _NONFINITE: Final = _POSITION["nonfinite"]
+
+
+def _storable_group(
+    record: dict[str, Any], group: str, values: dict[str, Any], notes: list[str] | None
+) -> tuple[dict[str, Any], str]:
+    """`values` (`record[group]`) made storable, and its JSON text.
+
+    Replaced in `record` when it had to change.
+    """
+    if type(values) is not dict:  # only a caller bypassing wire.py could get here
+        values = {"value": values}
+    clean, text = storable_json_group(values, group, notes)
+    if clean is not values or record.get(group) is not values:
+        record[group] = clean
+    return clean, text
 
 
 def _dumps(value: Any) -> str:
@@ -196,7 +245,7 @@ def _restore(
 
 
 def row_to_record(row: Any, *, nonfinite_as_strings: bool = False) -> dict[str, Any]:
-    """The record (DESIGN.md's nested shape) of a row.
+    """The record (docs/contract.md §2's nested shape) of a row.
 
     Non-finite numbers come back as floats, or with `nonfinite_as_strings` as
     "NaN"/"Infinity"/"-Infinity" (the API's convention: browsers' JSON.parse

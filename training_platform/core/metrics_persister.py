@@ -18,28 +18,42 @@ The exactly-once argument, in three rules:
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard, TypeVar, cast
+from typing import Any, cast
 
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import CursorResult, case, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire import STATUS_VALUES, decode_line, normalize_record
-from training_platform.core.database import dialect_insert, upsert_sql
+from training_platform.callbacks.wire import decode_line, normalize_record
+from training_platform.core.bulk_write import UPSERT_CHUNK, bulk_upsert, chunks
+from training_platform.core.database import dialect_insert
 from training_platform.core.gc_pause import collector_paused
-from training_platform.core.metric_rows import ROW_KEYS, record_to_params, record_to_row
+from training_platform.core.line_isolation import (
+    describe,
+    find_unstorable,
+    is_data_error,
+    probe_error,
+)
+from training_platform.core.metric_rows import record_to_params, record_to_row
 from training_platform.core.metrics_reader import MetricsReader, ReadBatch, ReadPosition
 from training_platform.core.models import Anomaly, Job, SyncState, TrainingMetric
 from training_platform.core.rollups import refresh_rollups
+from training_platform.core.status_file import sync_anomaly_from_status_file
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
-_UPSERT_CHUNK = 5_000  # rows per executemany: bounds statement memory on both drivers
+__all__ = [  # the status file is read in its own module; docs/contract.md names it here
+    "SyncResult",
+    "parse_platform_metric",
+    "sync_anomaly_from_status_file",
+    "sync_metrics_from_file",
+    "upsert_anomalies",
+    "upsert_metrics",
+]
 _MAX_CAS_RETRIES = 5
+_MAX_ERRORS = 20  # SyncResult.errors: the first few say enough
 
 
 @dataclass
@@ -72,75 +86,27 @@ def parse_platform_metric(
     return record_to_row(job_id, record, time.time() if received_at is None else received_at)
 
 
-def _chunks(rows: list[T], size: int) -> Iterable[list[T]]:
-    for start in range(0, len(rows), size):
-        yield rows[start : start + size]
-
-
-_STAGE_TABLE = "tp_metrics_stage"
-_SMALL_BATCH = 64
-
-
-def _upsert_sql(paramstyle: str, source: str | None = None) -> str:
-    """INSERT ... ON CONFLICT (job_id, step) DO UPDATE, from parameters or a staging table."""
-    return upsert_sql("training_metrics", ROW_KEYS, ("job_id", "step"), paramstyle, source)
-
-
-def _bulk_upsert(session: Session, params: list[list[Any]], *, appending: bool) -> None:
-    """Write rows with the fastest path each database offers.
-
-    SQLAlchemy's per-row parameter processing costs more than the database
-    does here, so rows go to the DBAPI cursor directly (see benchmarks/):
-    SQLite takes a plain `executemany`. PostgreSQL takes COPY: straight into
-    the table when `appending` (every step is past the job's last stored one,
-    so no row can conflict: the CAS that opened this transaction keeps other
-    syncs of the job out until it commits), otherwise into a per-connection
-    temporary table, then one INSERT ... SELECT ... ON CONFLICT. Either is
-    several times faster than even pipelined executemany.
-    """
-    connection = session.connection()
-    dialect = connection.dialect
-    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    columns = ", ".join(f'"{key}"' for key in ROW_KEYS)
-    try:
-        # Live syncs carry a few records: on PostgreSQL, COPY's staging table
-        # would cost more round trips than a pipelined executemany of so few.
-        if dialect.name != "postgresql" or len(params) <= _SMALL_BATCH:
-            for chunk in _chunks(params, _UPSERT_CHUNK):
-                cursor.executemany(_upsert_sql(dialect.paramstyle), chunk)
-            return
-        if appending:
-            with cursor.copy(f"COPY training_metrics ({columns}) FROM STDIN") as copy:
-                for row in params:
-                    copy.write_row(row)
-            return
-        cursor.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE_TABLE} "
-            "(LIKE training_metrics INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-        )
-        with cursor.copy(f"COPY {_STAGE_TABLE} ({columns}) FROM STDIN") as copy:
-            for row in params:
-                copy.write_row(row)
-        cursor.execute(_upsert_sql(dialect.paramstyle, _STAGE_TABLE))
-        cursor.execute(f"TRUNCATE {_STAGE_TABLE}")
-    finally:
-        cursor.close()
-
-
 def upsert_metrics(
-    session: Session, *, job_id: str, records: list[dict[str, Any]], received_at: float
+    session: Session,
+    *,
+    job_id: str,
+    records: list[dict[str, Any]],
+    received_at: float,
+    notes: list[str] | None = None,
 ) -> int:
     """Insert or replace one row per step (the last record for a step wins).
 
     Also refreshes the callback-reported anomalies of the steps written. Only
     adds/flushes: the caller owns the transaction. Returns the rows written.
+    Values no database could store are replaced (see `core/storable.py`), in
+    the records too; `notes` gets "step N: what changed" for each.
     """
     if not records:
         return 0
     latest: dict[int, dict[str, Any]] = {}
     for record in records:  # later lines win within a batch too
         latest[record["step"]] = record
-    params = [record_to_params(job_id, record, received_at) for record in latest.values()]
+    params = [_params(job_id, record, received_at, notes) for record in latest.values()]
 
     # A step we already hold is being rewritten (a run resumed from a
     # checkpoint): its old callback anomalies must go with the old record.
@@ -160,7 +126,7 @@ def upsert_metrics(
                 )
             )
 
-    _bulk_upsert(session, params, appending=appending)
+    bulk_upsert(session, params, appending=appending)
     # The downsampling buckets commit with the rows they summarise.
     refresh_rollups(session, job_id=job_id, records=list(latest.values()), rows=params)
 
@@ -182,6 +148,17 @@ def upsert_metrics(
     return len(params)
 
 
+def _params(
+    job_id: str, record: dict[str, Any], received_at: float, notes: list[str] | None
+) -> list[Any]:
+    if notes is None:
+        return record_to_params(job_id, record, received_at)
+    changes: list[str] = []
+    params = record_to_params(job_id, record, received_at, notes=changes)
+    notes.extend(f"step {record['step']}: {change}" for change in changes)
+    return params
+
+
 def upsert_anomalies(session: Session, rows: list[dict[str, Any]]) -> None:
     """Insert anomalies; one per (job, step, type, source), the newest message wins."""
     insert = dialect_insert(session)
@@ -191,7 +168,7 @@ def upsert_anomalies(session: Session, rows: list[dict[str, Any]]) -> None:
         set_={"severity": stmt.excluded.severity, "message": stmt.excluded.message},
     )
     unique = {(r["job_id"], r["step"], r["type"], r["source"]): r for r in rows}
-    for chunk in _chunks(list(unique.values()), _UPSERT_CHUNK):
+    for chunk in chunks(list(unique.values()), UPSERT_CHUNK):
         session.execute(stmt, chunk)
 
 
@@ -254,11 +231,12 @@ def sync_metrics_from_file(
             position = _load_position(factory, job_id)
         with collector_paused():  # a batch is many small objects and no cycles
             batch = reader.read_metrics_incremental(position)
-            written = _commit_batch(factory, job_id, position, batch)
-            if written is not None and on_commit is not None and batch.records:
-                latest = {record["step"]: record for record in batch.records}
-                on_commit(sorted(latest.values(), key=_file_order(batch.records)))
-        if written is None:
+            committed = _commit_batch(factory, job_id, position, batch)
+            if committed is not None and on_commit is not None and committed.records:
+                stored = committed.records
+                latest = {record["step"]: record for record in stored}
+                on_commit(sorted(latest.values(), key=_file_order(stored)))
+        if committed is None:
             # Another sync moved the offset since we read it: drop our batch
             # and read again from where the winner left off.
             position = None
@@ -268,29 +246,88 @@ def sync_metrics_from_file(
                 break
             continue
         position = batch.position  # what this transaction committed
-        result.new_metrics += written
-        result.lines_malformed += batch.malformed
+        result.new_metrics += committed.written
+        result.lines_malformed += batch.malformed + len(committed.refused)
         result.lines_oversized += batch.oversized
         result.resets += int(batch.reset)
         result.offset = batch.position.offset
         result.file_size = batch.file_size
         result.at_eof = batch.at_eof
-        result.errors.extend(batch.errors[: max(0, 20 - len(result.errors))])
+        problems = [*committed.refused, *batch.errors, *committed.notes]
+        result.errors.extend(problems[: max(0, _MAX_ERRORS - len(result.errors))])
         batches += 1
         if batch.at_eof or (max_batches is not None and batches >= max_batches):
             break
     return result
 
 
+@dataclass
+class _Committed:
+    """What one committed batch stored: announced to `on_commit`, added to the SyncResult."""
+
+    written: int
+    records: list[dict[str, Any]]  # the batch's records less the refused ones
+    refused: list[str]  # "step N: not stored (why), skipped": counted as malformed
+    notes: list[str]  # "step N: <value> replaced (why)": stored, but not as written
+
+
 def _commit_batch(
     factory: sessionmaker[Session], job_id: str, position: ReadPosition, batch: ReadBatch
-) -> int | None:
-    """Commit `batch`, read from `position`, in one transaction: the rows written.
+) -> _Committed | None:
+    """Commit `batch`, read from `position`, in one transaction.
 
     None when the compare-and-swap lost (the offset is no longer `position`):
-    then nothing was written.
+    then nothing was written. A record the database refuses (a data error that
+    `core/storable.py` did not foresee) is isolated and skipped, never allowed
+    to hold back the lines after it: see `core/line_isolation.py`.
     """
+    try:
+        return _commit(factory, job_id, position, batch, batch.records, [])
+    except Exception as error:
+        if not is_data_error(error):
+            raise
+        logger.warning("batch of %s refused (%s): isolating the record", job_id, describe(error))
     now = time.time()
+    records = batch.records
+
+    def fails(subset: Sequence[dict[str, Any]]) -> BaseException | None:
+        return _trial(factory, job_id, list(subset), now)
+
+    bad = find_unstorable(records, fails)
+    refused = [
+        f"step {records[index].get('step')}: not stored ({describe(error)}), skipped"
+        for index, error in sorted(bad.items())
+    ]
+    kept = [record for index, record in enumerate(records) if index not in bad]
+    # Nothing singled out (the batch passed as a trial): a plain retry, whose
+    # error, if any, is then not about one record and must fail the sync.
+    return _commit(factory, job_id, position, batch, kept, refused)
+
+
+def _trial(
+    factory: sessionmaker[Session], job_id: str, records: list[dict[str, Any]], now: float
+) -> BaseException | None:
+    """The data error writing `records` raises, or None; always rolled back."""
+    session = factory()
+    try:
+        return probe_error(
+            lambda: upsert_metrics(session, job_id=job_id, records=records, received_at=now)
+        )
+    finally:
+        session.rollback()
+        session.close()
+
+
+def _commit(
+    factory: sessionmaker[Session],
+    job_id: str,
+    position: ReadPosition,
+    batch: ReadBatch,
+    records: list[dict[str, Any]],
+    refused: list[str],
+) -> _Committed | None:
+    now = time.time()
+    notes: list[str] = []
     session = factory()
     try:
         # The CAS: must stay the first statement of the transaction (see module doc).
@@ -310,9 +347,9 @@ def _commit_batch(
                     offset=batch.position.offset,
                     fingerprint=batch.position.fingerprint,
                     discarding=batch.position.discarding,
-                    lines_malformed=SyncState.lines_malformed + batch.malformed,
+                    lines_malformed=SyncState.lines_malformed + batch.malformed + len(refused),
                     lines_oversized=SyncState.lines_oversized + batch.oversized,
-                    records_ingested=SyncState.records_ingested + len(batch.records),
+                    records_ingested=SyncState.records_ingested + len(records),
                     resets=SyncState.resets + int(batch.reset),
                     updated_at=now,
                 )
@@ -322,15 +359,20 @@ def _commit_batch(
         if advanced.rowcount != 1:
             session.rollback()
             return None
-        written = upsert_metrics(session, job_id=job_id, records=batch.records, received_at=now)
+        written = upsert_metrics(
+            session, job_id=job_id, records=records, received_at=now, notes=notes
+        )
         session.execute(
             update(Job)
             .where(Job.job_id == job_id)
-            .values(last_synced_at=now, last_sync_error=None)
+            .values(
+                last_synced_at=now,
+                last_sync_error=_sync_error_after([*refused, *batch.errors, *notes]),
+            )
             .execution_options(synchronize_session=False)
         )
         session.commit()
-        return written
+        return _Committed(written, records, refused, notes)
     except BaseException:
         session.rollback()
         raise
@@ -338,45 +380,21 @@ def _commit_batch(
         session.close()
 
 
+# `jobs.last_sync_error` after a batch with data problems: kept until the next
+# one (they are events, not conditions that later batches resolve), whereas a
+# source error (SSH down, file unreadable) is cleared by the next good batch.
+DATA_PROBLEMS_PREFIX = "lines skipped or changed: "
+
+
+def _sync_error_after(problems: list[str]) -> Any:
+    if problems:
+        return (DATA_PROBLEMS_PREFIX + "; ".join(problems))[:2000]
+    return case(
+        (Job.last_sync_error.startswith(DATA_PROBLEMS_PREFIX), Job.last_sync_error), else_=None
+    )
+
+
 def _file_order(records: list[dict[str, Any]]) -> Callable[[dict[str, Any]], int]:
     """Sort key: where each step's newest record stands in the batch."""
     last_index = {record["step"]: index for index, record in enumerate(records)}
     return lambda record: last_index[record["step"]]
-
-
-def _finite_number(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def sync_anomaly_from_status_file(session: Session, job: Job, reader: MetricsReader) -> bool:
-    """Copy status, steps and the anomaly flag from `{job_id}_status.json` onto the job.
-
-    Returns True when anything changed. A missing or unreadable status file
-    changes nothing (the reader logs why).
-    """
-    status = reader.read_status()
-    if not status:
-        return False
-    changes: dict[str, Any] = {}
-    value = status.get("status")
-    if isinstance(value, str) and value in STATUS_VALUES:
-        changes["status"] = value
-    for key in ("current_step", "total_steps"):
-        number = status.get(key)
-        if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
-            changes[key] = number
-    if isinstance(status.get("anomaly_detected"), bool):
-        changes["anomaly_detected"] = status["anomaly_detected"]
-    reason = status.get("anomaly_reason")
-    if reason is None or isinstance(reason, str):
-        changes["anomaly_reason"] = reason
-    for key in ("started_at", "updated_at"):
-        number = status.get(key)
-        if _finite_number(number):
-            changes[key] = float(number)
-    changed = False
-    for key, value in changes.items():
-        if getattr(job, key) != value:
-            setattr(job, key, value)
-            changed = True
-    return changed

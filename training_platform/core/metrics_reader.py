@@ -9,10 +9,17 @@ bytes, so its cost does not depend on how long the file already is.
 The rules about lines live in `line_scanner.scan_lines`, shared by both
 readers; a reader only supplies "read `size` bytes at `offset`" for its kind
 of file (a local descriptor or an SFTP handle).
+
+Only regular files are read: a FIFO is refused without being waited on
+(local: O_NONBLOCK; remote: its type is looked at before the open), and a
+symlink in place of a job's file is refused unless `follow_symlinks`
+(PLATFORM_FOLLOW_SYMLINKS), with a reason that ends up in the job's
+`last_sync_error` (docs/platform.md, "Files the server reads").
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -182,10 +189,32 @@ def _pread(fd: int, offset: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _open_regular(path: Path) -> tuple[int, int]:
-    """Open `path` for reading; return (fd, size). Refuses anything but a regular file."""
+class _NotRegularFileError(MetricsSourceError):
+    """A FIFO, directory or device where a job's file should be."""
+
+
+SYMLINK_REFUSED: Final = (
+    "is a symbolic link; refusing to follow it (set PLATFORM_FOLLOW_SYMLINKS=true to allow)"
+)
+
+
+def _open_regular(path: Path, *, follow_symlinks: bool) -> tuple[int, int]:
+    """Open `path` for reading; return (fd, size). Refuses anything but a regular file.
+
+    Without `follow_symlinks` a symlink in place of the file is refused
+    (`MetricsSourceError`): O_NOFOLLOW decides at the open itself, so a link
+    swapped in after any earlier look is refused too.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
     # O_NONBLOCK: opening a FIFO planted under the job's name must not hang us.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks and path.is_symlink():
+            raise MetricsSourceError(f"{path} {SYMLINK_REFUSED}") from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -206,8 +235,10 @@ class LocalMetricsReader(MetricsReader):
         *,
         max_line_bytes: int = 1 << 20,
         max_bytes: int = 8 << 20,
+        follow_symlinks: bool = False,
     ) -> None:
         super().__init__(job_id, max_line_bytes=max_line_bytes, max_bytes=max_bytes)
+        self.follow_symlinks = follow_symlinks
         self.directory = Path(directory)
         self.metrics_path = self.directory / f"{self.job_id}{METRICS_SUFFIX}"
         self.status_path = self.directory / f"{self.job_id}{STATUS_SUFFIX}"
@@ -215,7 +246,7 @@ class LocalMetricsReader(MetricsReader):
     def _with_metrics_file(self, scan: Callable[[ReadAt, int], ReadBatch]) -> ReadBatch:
         path = self.metrics_path
         try:
-            fd, size = _open_regular(path)
+            fd, size = _open_regular(path, follow_symlinks=self.follow_symlinks)
         except FileNotFoundError:
             raise MetricsSourceError(f"metrics file {path} does not exist") from None
         except OSError as exc:
@@ -229,7 +260,7 @@ class LocalMetricsReader(MetricsReader):
 
     def _read_status_bytes(self, limit: int) -> bytes | None:
         try:
-            fd, _ = _open_regular(self.status_path)
+            fd, _ = _open_regular(self.status_path, follow_symlinks=self.follow_symlinks)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -270,8 +301,10 @@ class SSHMetricsReader(MetricsReader):
         max_bytes: int = 8 << 20,
         attempts: int = 3,
         backoff: float = 0.5,
+        follow_symlinks: bool = False,
     ) -> None:
         super().__init__(job_id, max_line_bytes=max_line_bytes, max_bytes=max_bytes)
+        self.follow_symlinks = follow_symlinks
         self.target = target
         self.remote_dir = remote_dir
         self.metrics_path = posixpath.join(remote_dir, f"{self.job_id}{METRICS_SUFFIX}")
@@ -283,6 +316,7 @@ class SSHMetricsReader(MetricsReader):
 
         def read(sftp: paramiko.SFTPClient) -> ReadBatch:
             try:
+                self._check_remote_type(sftp, self.metrics_path, where)
                 file = sftp.open(self.metrics_path, "rb")
             except FileNotFoundError:
                 raise MetricsSourceError(f"metrics file {where} does not exist") from None
@@ -297,15 +331,36 @@ class SSHMetricsReader(MetricsReader):
 
         return self.connection.run(read)
 
+    def _check_remote_type(self, sftp: paramiko.SFTPClient, path: str, where: str) -> None:
+        """Refuse a remote symlink (unless allowed) or anything but a regular file.
+
+        Looked at before opening: the remote sftp-server opens a FIFO blocking,
+        so opening one hung each sync until the timeout, reported the host as
+        unreachable and left a stuck sftp-server process behind per attempt.
+        """
+        info = sftp.stat(path) if self.follow_symlinks else sftp.lstat(path)
+        mode = info.st_mode or 0
+        if stat.S_ISLNK(mode):
+            raise MetricsSourceError(f"{where} {SYMLINK_REFUSED}")
+        if not stat.S_ISREG(mode):
+            raise _NotRegularFileError(f"{where} is not a regular file")
+
     def _read_status_bytes(self, limit: int) -> bytes | None:
+        where = self.status_location
+
         def read(sftp: paramiko.SFTPClient) -> bytes | None:
             try:
+                self._check_remote_type(sftp, self.status_path, where)
                 with sftp.open(self.status_path, "rb") as file:
                     return file.read(limit)
             except (FileNotFoundError, PermissionError):
                 return None
 
-        return self.connection.run(read)
+        try:
+            return self.connection.run(read)
+        except _NotRegularFileError as exc:  # as for a local one: ignored, logged
+            logger.warning("cannot read status file %s: %s", where, exc)
+            return None
 
     def metrics_file_exists(self) -> bool:
         def check(sftp: paramiko.SFTPClient) -> bool:

@@ -129,3 +129,16 @@ class SyncState(Base):
     records_ingested: Mapped[int] = mapped_column(BigInteger, default=0)
     resets: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[float | None] = mapped_column(Float)
+
+
+class DeletedJob(Base):
+    """A tombstone: a job deleted through the API, so discovery does not bring it back.
+
+    No foreign key to `jobs`: the job row is gone, the tombstone outlives it.
+    Registering the id again (`POST /api/jobs`) removes the tombstone.
+    """
+
+    __tablename__ = "deleted_jobs"
+
+    job_id: Mapped[str] = mapped_column(JOB_ID, primary_key=True)
+    deleted_at: Mapped[float] = mapped_column(Float)

@@ -11,6 +11,7 @@ move the anchor.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,11 @@ class PlaybackRange:
     start_step: int
     end_step: int | None  # None: the job has no records in range
     total: int
+    # The first stored step of the range, and whether every step from it on is
+    # stored (steps 0, 1, 2, ...: the usual case): then a seek's index is plain
+    # arithmetic, with no count query.
+    first_stored: int | None = None
+    dense: bool = False
 
 
 def plan_playback(
@@ -57,7 +63,15 @@ def plan_playback(
     # An open end is the last step stored now: records landing during the
     # playback do not make it longer than the total it announced.
     end = end_step if end_step is not None else last
-    return PlaybackRange(job_id=job_id, start_step=start, end_step=end, total=total)
+    dense = first is not None and last - first + 1 == total
+    return PlaybackRange(
+        job_id=job_id,
+        start_step=start,
+        end_step=end,
+        total=total,
+        first_stored=first,
+        dense=dense,
+    )
 
 
 def read_page(
@@ -76,8 +90,20 @@ def read_page(
     )
 
 
+def known_index_of_step(playback: PlaybackRange, step: int) -> int | None:
+    """Where a seek to `step` lands, when the range alone tells (it is dense); else None."""
+    if playback.first_stored is None:
+        return 0  # nothing stored in range: every seek lands at the end, which is 0
+    if not playback.dense:
+        return None
+    return min(max(step - playback.first_stored, 0), playback.total)
+
+
 def index_of_step(session: Session, playback: PlaybackRange, step: int) -> int:
-    """How many records of the range come before `step` (where a seek lands)."""
+    """How many records of the range come before `step` (where a seek lands).
+
+    A count query: use `known_index_of_step` first, which needs none.
+    """
     return session.execute(
         select(func.count()).where(
             TrainingMetric.job_id == playback.job_id,
@@ -175,3 +201,73 @@ class Pacer:
         self.speed = speed
         base = self.clock() if last_sent_at is None else last_sent_at + self.gap
         self._anchor_time, self._anchor_index = max(self.clock(), base), next_index
+
+
+# Controls that may wait at once. With coalescing at most three kinds wait
+# (a seek, a speed, a pause/resume), so this bound is only reached by a
+# control kind added later; a full queue stops the reading of the client.
+MAX_PENDING_CONTROLS: Final = 8
+
+
+class ControlQueue:
+    """A playback's pending controls: bounded, and coalescing bursts.
+
+    A new seek replaces a pending seek, a speed a pending speed, and a pause or
+    resume the pending pause/resume: only the latest of each still matters,
+    and applying every one of a burst (each seek a page read, each an answer)
+    is what made 2,000 seeks take tens of seconds. `close(final)` makes `final`
+    (e.g. "the client left") the next control, ahead of everything pending.
+    """
+
+    def __init__(self, maxsize: int = MAX_PENDING_CONTROLS) -> None:
+        self.maxsize = maxsize
+        self._pending: list[Control] = []
+        self._final: Control | None = None
+        self._available = asyncio.Event()  # set while a control waits
+        self._room = asyncio.Event()  # set when a control was taken since the last wait
+        # One reader (the client's listener) puts, one player gets: with no await
+        # between a check and its change, events are all the locking needed.
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    async def put(self, control: Control) -> None:
+        """Queue `control`, replacing the pending one it supersedes; waits while full."""
+        group = _coalescing_group(control.action)
+        while True:
+            kept = [c for c in self._pending if _coalescing_group(c.action) != group]
+            if len(kept) < len(self._pending) or len(kept) < self.maxsize:
+                break
+            self._room.clear()
+            await self._room.wait()
+        self._pending = [*kept, control]
+        self._available.set()
+
+    def close(self, final: Control) -> None:
+        """`final` is the next control, and every one after it; nothing pending is kept."""
+        self._final = final
+        self._pending.clear()
+        self._available.set()
+        self._room.set()
+
+    def get_nowait(self) -> Control | None:
+        """The next control, or None when none waits."""
+        if self._final is not None:
+            return self._final
+        if not self._pending:
+            return None
+        control = self._pending.pop(0)
+        if not self._pending:
+            self._available.clear()
+        self._room.set()
+        return control
+
+    async def get(self) -> Control:
+        """The next control, waiting for one."""
+        while (control := self.get_nowait()) is None:
+            await self._available.wait()
+        return control
+
+
+def _coalescing_group(action: str) -> str:
+    return "pause" if action in ("pause", "resume") else action

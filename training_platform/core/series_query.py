@@ -15,10 +15,12 @@ Rows are always read in pages; nothing here holds a run in memory.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any, Final
 
-from sqlalchemy import func, select
+import orjson
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from training_platform.core.downsample import (
@@ -28,10 +30,9 @@ from training_platform.core.downsample import (
     buckets_to_json,
     coalesce,
     cover,
-    records_to_json,
     series_values,
+    values_to_json,
 )
-from training_platform.core.metrics_query import list_metrics
 from training_platform.core.models import TrainingMetric
 from training_platform.core.rollups import WIDTHS, raw_rows, read_buckets, rolled_up_through
 
@@ -48,25 +49,37 @@ def downsampled_history(
     end_step: int | None,
     max_points: int,
     fields: frozenset[str] | None = None,
+    max_bytes: int | None = None,
+    max_series: int | None = None,
 ) -> dict[str, Any]:
-    """The history body for `?max_points=` (see `api/routers/monitoring.py`)."""
+    """The history body for `?max_points=` (see `api/routers/monitoring.py`).
+
+    At most `max_series` series, and only as many as keep the body's JSON
+    within `max_bytes`: the others are named in `series_omitted` and
+    `truncated` is true.
+    """
     lo, hi = _stored_bounds(session, job_id, start_step, end_step)
     body: dict[str, Any] = {"job_id": job_id, "max_points": max_points}
     if lo is None or hi is None:
-        return {**body, **_empty(start_step, end_step)}
+        nothing_omitted = {"truncated": False, "series_omitted": [], "series_omitted_count": 0}
+        return {**body, **_empty(start_step, end_step), **nothing_omitted}
     body.update(start_step=lo, end_step=hi)
-    rows = _count_up_to(session, job_id, lo, hi, RAW_BUCKETING_ROWS + 1)
+    omitted: list[str] = []
+    # Counted up to the larger of the two limits: a count stopped at
+    # RAW_BUCKETING_ROWS + 1 is no answer to "more than max_points?" when
+    # max_points is larger (issue 12: a 300k-step run came back whole).
+    rows = _count_up_to(session, job_id, lo, hi, max(RAW_BUCKETING_ROWS, max_points) + 1)
     if rows <= max_points:
-        records = list_metrics(
-            session, job_id=job_id, start_step=lo, end_step=hi, nonfinite_as_strings=True
-        )
-        return {
+        steps, timestamps, flat = _exact_values(session, job_id, lo, hi)
+        exact = {
             **body,
             "downsampled": False,
             "bucket_steps": 1,
-            "count": len(records),
-            **records_to_json(records, fields),
+            "count": len(steps),
+            **values_to_json(steps, flat, fields, max_series=max_series, omitted=omitted),
+            "timestamps": timestamps,
         }
+        return bounded(exact, omitted, max_bytes)
     width = bucket_width(lo, hi, max_points)
     if rows <= RAW_BUCKETING_ROWS:
         pieces = _row_pieces(session, job_id, lo, hi)
@@ -78,12 +91,71 @@ def downsampled_history(
     else:
         pieces = _rollup_pieces(session, job_id, lo, hi, width)
     buckets = coalesce(pieces, lo, width)
-    return {
+    columns = buckets_to_json(buckets, fields, max_series=max_series, omitted=omitted)
+    summary = {
         **body,
         "downsampled": True,
         "bucket_steps": width,
         "count": len(buckets),
-        **buckets_to_json(buckets, fields),
+        **columns,
+        "timestamps": _timestamps_at(session, job_id, columns["steps"]),
+    }
+    return bounded(summary, omitted, max_bytes)
+
+
+def _exact_values(
+    session: Session, job_id: str, lo: int, hi: int
+) -> tuple[list[int], list[float | None], list[dict[str, float | int]]]:
+    """Steps, timestamps and numbers of the rows in [lo, hi], read in pages.
+
+    Only the numbers are kept, never whole records (their JSON columns may be
+    large), so memory follows the answer, not the rows.
+    """
+    steps: list[int] = []
+    timestamps: list[float | None] = []
+    flat: list[dict[str, float | int]] = []
+    for record in raw_rows(session, job_id, lo, hi):
+        steps.append(record["step"])
+        timestamps.append(_finite_or_none(record.get("timestamp")))
+        flat.append(series_values(record))
+    return steps, timestamps, flat
+
+
+OMITTED_NAMES_BYTES: Final = 16 * 1024  # `series_omitted` lists names up to this much JSON
+
+
+def bounded(body: dict[str, Any], omitted: list[str], max_bytes: int | None) -> dict[str, Any]:
+    """`body` with only the series whose JSON fits in `max_bytes` (in name order, greedy).
+
+    Everything but the series (steps, last_steps, timestamps: at most
+    MAX_POINTS each) is always kept; the setting's minimum leaves room for it.
+    """
+    series: dict[str, Any] = body["series"]
+    if max_bytes is not None:
+        room = max_bytes - len(orjson.dumps({**body, "series": {}})) - OMITTED_NAMES_BYTES - 64
+        kept: dict[str, Any] = {}
+        for key, columns in series.items():
+            size = len(orjson.dumps({key: columns}))
+            if size <= room:
+                kept[key] = columns
+                room -= size
+            else:
+                omitted.append(key)
+        series = kept
+    omitted.sort()
+    listed: list[str] = []
+    size = 0
+    for name in omitted:  # names are bounded too: a run may invent very long keys
+        size += len(orjson.dumps(name)) + 1
+        if size > OMITTED_NAMES_BYTES:
+            break
+        listed.append(name)
+    return {
+        **body,
+        "series": series,
+        "truncated": bool(omitted),
+        "series_omitted": listed,
+        "series_omitted_count": len(omitted),
     }
 
 
@@ -96,6 +168,7 @@ def _empty(start_step: int | None, end_step: int | None) -> dict[str, Any]:
         "count": 0,
         "steps": [],
         "series": {},
+        "timestamps": [],
     }
 
 
@@ -146,3 +219,39 @@ def _rollup_pieces(session: Session, job_id: str, lo: int, hi: int, width: int) 
             yield from _row_pieces(session, job_id, span.lo, span.hi)
         else:
             yield from read_buckets(session, job_id, span.level, span.first, span.last)
+
+
+# The steps travel as one JSON array parameter, unpacked by the database
+# (SQLite's json_each, PostgreSQL's jsonb_array_elements_text): one statement
+# whatever the number of points, where an IN list needs one bound parameter
+# per step, a re-rendered statement per size and several round trips.
+_STEPS_AT = {
+    "sqlite": "SELECT step, timestamp FROM training_metrics WHERE job_id = :job_id "
+    "AND step IN (SELECT value FROM json_each(:steps))",
+    "postgresql": "SELECT step, timestamp FROM training_metrics WHERE job_id = :job_id "
+    "AND step = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:steps AS jsonb))::bigint))",
+}
+
+
+def _timestamps_at(session: Session, job_id: str, steps: list[int]) -> list[float | None]:
+    """The record timestamp at each step (None where no row, or not finite).
+
+    For the dashboard's wall-clock axis: a bucket's point sits at its first
+    step, so its time is that row's. Point look-ups on the primary key.
+    """
+    if not steps:
+        return []
+    dialect = session.get_bind().dialect.name
+    found: dict[int, float | None] = {}
+    rows = session.execute(
+        text(_STEPS_AT[dialect]), {"job_id": job_id, "steps": orjson.dumps(steps).decode()}
+    )
+    for step, timestamp in rows:
+        found[step] = _finite_or_none(timestamp)
+    return [found.get(step) for step in steps]
+
+
+def _finite_or_none(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

@@ -13,9 +13,11 @@ in commit order.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,6 +91,10 @@ class SyncService:
         self.listener = listener
         self._readers: dict[str, MetricsReader] = {}
         self._locks: dict[str, threading.Lock] = {}
+        # job id -> (offset, file size) after the last batch committed by this process.
+        self._progress: dict[str, tuple[int, int]] = {}
+        # Jobs whose syncs in flight should stop at their next batch (see `exclusive`).
+        self._interrupted: set[str] = set()
         self._guard = threading.Lock()
 
     def _lock(self, job_id: str) -> threading.Lock:
@@ -113,41 +119,84 @@ class SyncService:
         if reader is not None:
             reader.close()
 
+    @contextlib.contextmanager
+    def exclusive(self, job_id: str) -> Iterator[None]:
+        """Hold the job's lock, asking a sync in flight to stop at its next batch.
+
+        For deleting a job: a catch-up of a long backlog would otherwise keep
+        the lock (and the DELETE request) for as long as it takes.
+        """
+        with self._guard:
+            self._interrupted.add(job_id)
+        try:
+            with self._lock(job_id):
+                yield
+        finally:
+            with self._guard:
+                self._interrupted.discard(job_id)
+
+    def forget_job(self, job_id: str) -> None:
+        """The job was deleted: close its reader (call under the job's lock)."""
+        self.forget_reader(job_id)
+        self._progress.pop(job_id, None)
+
     def discover(self) -> list[str]:
         """Register jobs whose files appeared in the metrics directory."""
         with self._factory.begin() as session:
             return discover_jobs(session, self._settings.metrics_dir)
 
-    def sync_job(self, job_id: str) -> JobSyncOutcome:
+    def sync_job(self, job_id: str, *, budget: float | None = None) -> JobSyncOutcome:
         """Ingest new lines and the status file of one job.
 
-        Raises `JobNotFoundError`, or `MetricsSourceError` when the files
-        cannot be read (the reason is also stored on the job).
+        With `budget` (seconds) it stops starting new batches once the budget
+        is spent, even short of the end of the file (`result.at_eof` False):
+        the caller answers promptly and leaves the rest to another sync. Each
+        batch is still its own exactly-once transaction. Raises
+        `JobNotFoundError`, or `MetricsSourceError` when the files cannot be
+        read (the reason is also stored on the job).
         """
-        with self._lock(job_id):
-            try:
-                job, position = self._load(job_id)
-            except JobNotFoundError:
-                # Its file may have appeared since the last discovery round;
-                # looked up again (not "was it added by this call?") because
-                # a concurrent discovery may have added it first.
-                self.discover()
-                job, position = self._load(job_id)
-            reader = self._reader(job)
-            try:
-                result = self._sync_metrics(job_id, reader, position)
-                job, status_changed = self._sync_status(job, reader)
-                if status_changed and job.status in TERMINAL_STATUSES:
-                    # A trainer writes its last lines before its final status; a
-                    # line appended between our two reads would otherwise be
-                    # announced after the run's end. One more read catches it.
-                    _add(result, self._sync_metrics(job_id, reader))
-            except MetricsSourceError as exc:
-                self._record_error(job_id, str(exc))
-                raise
-            if status_changed and self.listener is not None:
-                self._tell(self.listener.status_changed, job)
-            return JobSyncOutcome(result, status_changed)
+        lock = self._lock(job_id)
+        deadline = None if budget is None else time.monotonic() + budget
+        # A budgeted caller does not queue behind a long sync of the same job
+        # (a background catch-up holds the lock for as long as it runs): it
+        # answers with that sync's progress instead.
+        if not lock.acquire(timeout=-1 if budget is None else budget):
+            return JobSyncOutcome(self._progress_of(job_id), status_changed=False)
+        try:
+            return self._sync_job_locked(job_id, deadline)
+        finally:
+            lock.release()
+
+    def _sync_job_locked(self, job_id: str, deadline: float | None) -> JobSyncOutcome:
+        """`sync_job` once the job's lock is held."""
+        try:
+            job, position = self._load(job_id)
+        except JobNotFoundError:
+            # Its file may have appeared since the last discovery round;
+            # looked up again (not "was it added by this call?") because
+            # a concurrent discovery may have added it first.
+            self.discover()
+            job, position = self._load(job_id)
+        reader = self._reader(job)
+        try:
+            result = self._sync_metrics(job_id, reader, position, deadline=deadline)
+            if not result.at_eof:
+                # Lines are still waiting: a final status read now would be
+                # announced before them (a run "finished" ahead of its last
+                # steps). The sync that reaches the end reads it.
+                return JobSyncOutcome(result, status_changed=False)
+            job, status_changed = self._sync_status(job, reader)
+            if status_changed and job.status in TERMINAL_STATUSES:
+                # A trainer writes its last lines before its final status; a
+                # line appended between our two reads would otherwise be
+                # announced after the run's end. One more read catches it.
+                _add(result, self._sync_metrics(job_id, reader))
+        except MetricsSourceError as exc:
+            self._record_error(job_id, str(exc))
+            raise
+        if status_changed and self.listener is not None:
+            self._tell(self.listener.status_changed, job)
+        return JobSyncOutcome(result, status_changed)
 
     def _load(self, job_id: str) -> tuple[Job, ReadPosition | None]:
         """The job and its committed read position, in one statement.
@@ -171,17 +220,55 @@ class SyncService:
         return job, ReadPosition(offset, fingerprint, discarding)
 
     def _sync_metrics(
+        self,
+        job_id: str,
+        reader: MetricsReader,
+        position: ReadPosition | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> SyncResult:
+        """New lines up to the end of the file, or until `deadline` (time.monotonic()).
+
+        One batch (one transaction) at a time, so the clock is looked at and
+        the progress noted between commits; at least one batch always runs, so
+        every call makes progress.
+        """
+        result = self._sync_batches(job_id, reader, position)
+        self._progress[job_id] = (result.offset, result.file_size)
+        while not result.at_eof and (deadline is None or time.monotonic() < deadline):
+            if job_id in self._interrupted:
+                break
+            _add(result, self._sync_batches(job_id, reader))
+            self._progress[job_id] = (result.offset, result.file_size)
+        return result
+
+    def _progress_of(self, job_id: str) -> SyncResult:
+        """What a sync in flight has reached: offset and file size at its last commit."""
+        progress = self._progress.get(job_id)
+        if progress is None:  # it has not committed a batch yet: the stored offset
+            with self._factory() as session:
+                state = session.get(SyncState, job_id)
+                offset = state.offset if state is not None else 0
+            progress = (offset, offset)
+        offset, file_size = progress
+        return SyncResult(job_id=job_id, offset=offset, file_size=file_size, at_eof=False)
+
+    def _sync_batches(
         self, job_id: str, reader: MetricsReader, position: ReadPosition | None = None
     ) -> SyncResult:
+        """One committed batch (the persister retries a lost compare-and-swap itself)."""
         listener = self.listener
         if listener is None:
-            return sync_metrics_from_file(self._factory, job_id, reader, position=position)
+            return sync_metrics_from_file(
+                self._factory, job_id, reader, position=position, max_batches=1
+            )
         return sync_metrics_from_file(
             self._factory,
             job_id,
             reader,
             on_commit=lambda records: self._tell(listener.records_committed, job_id, records),
             position=position,
+            max_batches=1,
         )
 
     def _sync_status(self, job: Job, reader: MetricsReader) -> tuple[Job, bool]:

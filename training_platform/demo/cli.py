@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from types import FrameType
@@ -10,6 +11,7 @@ from typing import Annotated
 import typer
 
 from training_platform.callbacks.platform_callback import default_output_dir
+from training_platform.demo.launcher import QUIET_ENVIRONMENT
 from training_platform.demo.trainer import DemoConfig, run_demo
 
 
@@ -82,6 +84,9 @@ def demo_train(
     timings go to {job_id}_metrics.jsonl and {job_id}_status.json through
     PlatformCallback. The fault flags make the detectors fire on real data.
     """
+    # Before torch loads: its C++ layers read these once (profiler chatter off).
+    for name, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     directory = output_dir if output_dir is not None else default_output_dir()
     config = DemoConfig(
         steps=steps,

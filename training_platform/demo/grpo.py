@@ -93,7 +93,7 @@ class GRPOTrainer:
         self._reference_table: torch.Tensor | None = None
 
     def step(self, lr: float, inject_nan: bool = False) -> dict[str, Any]:
-        """One GRPO step; returns DESIGN.md groups for the record."""
+        """One GRPO step; returns the groups of docs/contract.md §2 for the record."""
         config = self.config
         for group in self.optimizer.param_groups:
             group["lr"] = lr

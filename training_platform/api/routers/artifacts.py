@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import mimetypes
 import posixpath
-from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
 
+import anyio
 from fastapi import APIRouter, Path
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep
 from training_platform.api.schemas import ErrorOut
-from training_platform.core.artifacts import list_artifacts, open_artifact, step_of
+from training_platform.core.artifacts import (
+    ArtifactStream,
+    list_artifacts,
+    open_artifact,
+    step_of,
+)
 from training_platform.core.jobs import get_job, make_reader
 from training_platform.core.metrics_reader import MetricsReader
 from training_platform.settings import Settings
@@ -43,7 +52,16 @@ class ArtifactListOut(BaseModel):
 
 
 def _reader(session: Session, settings: Settings, job_id: str) -> MetricsReader:
-    return make_reader(get_job(session, job_id), settings)
+    """The job's reader; the session is closed here, its connection back in the pool.
+
+    What follows (an SSH listing, a download to a client that reads slowly or
+    never) can take any time: holding a pooled connection through it let a
+    few stalled downloads starve every other route.
+    """
+    try:
+        return make_reader(get_job(session, job_id), settings)
+    finally:
+        session.close()
 
 
 @router.get(
@@ -91,7 +109,7 @@ def list_artifacts_route(
     response_class=StreamingResponse,
     responses={
         200: {"content": {"application/octet-stream": {}}, "description": "The file's bytes"},
-        404: {"model": ErrorOut, "description": "Unknown job or file"},
+        404: {"model": ErrorOut, "description": "Unknown job or file (or not a regular file)"},
         422: {"model": ErrorOut, "description": "A path that would leave the profiles folder"},
     },
 )
@@ -101,27 +119,52 @@ def download_artifact(
     settings: SettingsDep,
     path: str = Path(description="Relative path as listed, e.g. step_10/trace.json."),
 ) -> StreamingResponse:
-    """Stream one file. Paths with `..`, absolute paths and symlinks are refused."""
+    """Stream one regular file. `..`, absolute paths, symlinks and FIFOs are refused."""
     reader = _reader(session, settings, job_id)
     try:
-        size, chunks = open_artifact(reader, path)
+        artifact = open_artifact(reader, path)
     except BaseException:
         reader.close()
         raise
 
-    def stream() -> Iterator[bytes]:
-        try:
-            yield from chunks
-        finally:
-            reader.close()
-
     media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
-    name = posixpath.basename(path).replace('"', "")
-    return StreamingResponse(
-        stream(),
+    return _ArtifactResponse(
+        artifact,
         media_type=media_type,
         headers={
-            "Content-Length": str(size),
-            "Content-Disposition": f'attachment; filename="{name}"',
+            "Content-Length": str(artifact.size),
+            "Content-Disposition": content_disposition(posixpath.basename(path)),
         },
     )
+
+
+class _ArtifactResponse(StreamingResponse):
+    """Streams an artifact and closes it however the response ends.
+
+    A client that goes away mid-download ends the response without the body
+    iterator ever finishing: its own cleanup would then wait for the garbage
+    collector, holding the file (or SSH connection) until it runs.
+    """
+
+    def __init__(self, artifact: ArtifactStream, **kwargs: Any) -> None:
+        super().__init__(iter(artifact), **kwargs)
+        self.artifact = artifact
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Shielded: a server shutting down still releases it; in a thread:
+            # closing an SSH connection is network I/O.
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(self.artifact.close)
+
+
+def content_disposition(name: str) -> str:
+    """`attachment` with the file's name, any Unicode name included (RFC 6266 + 5987).
+
+    Header values are Latin-1 on the wire: `filename` gets an ASCII stand-in
+    for old clients, `filename*` the exact name percent-encoded as UTF-8.
+    """
+    fallback = "".join(char if " " <= char <= "~" and char not in '"\\%' else "_" for char in name)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, SyncServiceDep
 from training_platform.api.schemas import (
@@ -14,13 +18,17 @@ from training_platform.api.schemas import (
     SyncStateOut,
 )
 from training_platform.core.jobs import (
+    Health,
     JobSummary,
     SSHSource,
+    delete_job,
     register_job,
     ssh_target,
     summarize_jobs,
 )
+from training_platform.core.live_hub import LiveHub
 from training_platform.core.ssh import check_ssh_connection
+from training_platform.core.sync_service import SyncService
 from training_platform.errors import HostKeyError, InvalidSourceError
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -50,6 +58,7 @@ def job_out(summary: JobSummary) -> JobOut:
         anomaly_reason=job.anomaly_reason,
         has_anomaly=job.anomaly_detected or summary.anomaly_count > 0,
         anomaly_count=summary.anomaly_count,
+        health=summary.health,
         metrics_count=summary.metrics_count,
         latest_step=summary.latest_step,
         started_at=job.started_at,
@@ -62,14 +71,21 @@ def job_out(summary: JobSummary) -> JobOut:
 
 
 @router.get("", response_model=JobList, summary="List jobs")
-def list_jobs_route(session: SessionDep, sync_service: SyncServiceDep) -> JobList:
+def list_jobs_route(
+    session: SessionDep,
+    sync_service: SyncServiceDep,
+    health: Annotated[
+        Health | None, Query(description="Only the jobs with this health verdict.")
+    ] = None,
+) -> JobList:
     """Every known job, newest first: discovered in `PLATFORM_METRICS_DIR` or registered.
 
     The metrics directory is scanned on each call, so a job whose files just
     appeared is listed even before the background poller has seen it.
     """
     sync_service.discover()
-    return JobList(jobs=[job_out(summary) for summary in summarize_jobs(session)])
+    summaries = summarize_jobs(session, health=health)
+    return JobList(jobs=[job_out(summary) for summary in summaries])
 
 
 @router.get(
@@ -125,3 +141,34 @@ def register_job_route(
     if not created:
         response.status_code = status.HTTP_200_OK
     return job_out(summarize_jobs(session, job.job_id)[0])
+
+
+@router.delete(
+    "/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a job",
+    responses={404: {"model": ErrorOut, "description": "Unknown job"}},
+)
+async def delete_job_route(
+    job_id: KnownJobId, request: Request, session: SessionDep, sync_service: SyncServiceDep
+) -> Response:
+    """Forget a run: its rows, rollups, anomalies and sync state go; its files stay.
+
+    A deleted job is not discovered again, even while its trainer still
+    writes: register it (`POST /api/jobs`) to bring it back, re-ingested from
+    the start of its file. Its live subscribers are disconnected.
+    """
+    await run_in_threadpool(_delete_under_lock, session, sync_service, job_id)
+    hub: LiveHub | None = getattr(request.app.state, "live_hub", None)
+    if hub is not None:
+        hub.forget_job(job_id)  # on the event loop, where subscribers live
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _delete_under_lock(session: Session, sync_service: SyncService, job_id: str) -> None:
+    # Under the job's sync lock: no sync of it is half-done while its rows go,
+    # and the next one finds the job gone (JobNotFoundError), not a torn state.
+    with sync_service.exclusive(job_id):
+        delete_job(session, job_id)
+        session.commit()
+        sync_service.forget_job(job_id)

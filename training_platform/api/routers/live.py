@@ -1,12 +1,19 @@
 """`/api/monitoring/{job_id}/live`: a job's new records, status and anomalies as they land.
 
-Messages (DESIGN.md, plus `anomaly` and `error`):
+Messages (docs/contract.md, plus `anomaly` and `error`):
 
+- ``{"type": "waiting", "job_id": ..., "timeout": s}`` first when the job id
+  is valid but no such job exists yet (its trainer has not written its first
+  line): the socket stays open up to `live_job_wait` seconds, looking for the
+  job every `JOB_WAIT_POLL` seconds, then goes on as below; a job that never
+  appears ends with the usual `job_not_found` error;
 - ``{"type": "status", "data": {...}}`` first (the job's current status), then
-  whenever status, total_steps or the anomaly flag change;
+  at once whenever status, total_steps or the anomaly flag or reason change, and for
+  progress alone (`current_step`) at most once per `live_status_interval`;
 - ``{"type": "metric", "data": {...record...}}`` for every record committed;
 - ``{"type": "anomaly", "data": {"step", "type", "severity", "message",
-  "source", "created_at"}}`` when a detector fires (either source);
+  "source", "sources", "created_at"}}`` once per incident, naming every
+  source that found it;
 - ``{"type": "finished", "status": "completed"}`` when the run ends; the
   server then closes with 1000.
 
@@ -24,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import math
+from typing import Final
 
 from anyio import to_thread
 from fastapi import APIRouter, WebSocket
@@ -46,6 +54,9 @@ from training_platform.errors import JobNotFoundError, PlatformError
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["live"])
 
+# How often a socket waiting for a not yet known job looks for it again.
+JOB_WAIT_POLL: Final = 0.5
+
 
 @router.websocket("/monitoring/{job_id}/live")
 async def live_stream(websocket: WebSocket, job_id: str) -> None:
@@ -59,21 +70,53 @@ async def _stream(connection: Connection, hub: LiveHub, job_id: str) -> None:
     try:
         since_step = step_param(query_params(connection.websocket, ("since_step",)), "since_step")
         check_job_id(job_id)
-        if not await to_thread.run_sync(hub.job_exists, job_id):
-            raise JobNotFoundError(f"job {job_id!r} not found")
     except PlatformError as exc:
         await connection.fail(exc)
         return
-    # Subscribe first: whatever is committed from here on is queued for us,
-    # and the hand-over below skips what the history pages already held.
-    subscription = hub.subscribe(job_id)
+    # Reading from the start notices a client that leaves while we wait for its job.
+    listen = asyncio.create_task(_ignore_incoming(connection))
     try:
-        await _serve(connection, hub, subscription, job_id, since_step)
-    except ClientGone as exc:
-        subscription.drop(f"too slow: {exc}")
-        await connection.close(CLOSE_TRY_AGAIN, subscription.dropped or "")
+        if not await _wait_for_job(connection, hub, job_id, listen):
+            return
+        # Subscribe first: whatever is committed from here on is queued for us,
+        # and the hand-over below skips what the history pages already held.
+        subscription = hub.subscribe(job_id)
+        try:
+            await _serve(connection, hub, subscription, job_id, since_step, listen)
+        except ClientGone as exc:
+            subscription.drop(f"too slow: {exc}")
+            await connection.close(CLOSE_TRY_AGAIN, subscription.dropped or "")
+        finally:
+            subscription.close()
     finally:
-        subscription.close()
+        listen.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listen
+
+
+async def _wait_for_job(
+    connection: Connection, hub: LiveHub, job_id: str, listen: asyncio.Task[None]
+) -> bool:
+    """True once the job is known. A page opened right after its run was started
+    must not fail: a valid id is waited for (bounded), and a file that appears
+    meanwhile is discovered. False when the client left or the job never came
+    (the client was told `job_not_found`)."""
+    if await to_thread.run_sync(hub.job_exists, job_id):
+        return True
+    limit = hub.settings.live_job_wait
+    if limit > 0:
+        await connection.send_json({"type": "waiting", "job_id": job_id, "timeout": limit})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.wait({listen}, timeout=min(JOB_WAIT_POLL, left))
+            if listen.done():
+                return False  # the client left
+            if await to_thread.run_sync(hub.job_exists, job_id):
+                return True
+    waited = f" (waited {limit:g} s for its metrics file to appear)" if limit > 0 else ""
+    await connection.fail(JobNotFoundError(f"job {job_id!r} not found{waited}"))
+    return False
 
 
 async def _serve(
@@ -82,6 +125,7 @@ async def _serve(
     subscription: Subscription,
     job_id: str,
     since_step: int | None,
+    listen: asyncio.Task[None],
 ) -> None:
     status, status_seq = await to_thread.run_sync(hub.status_locked, job_id)
     handover = HandOver(status_seq)
@@ -94,14 +138,12 @@ async def _serve(
         await connection.close(CLOSE_NORMAL, f"run {status['status']}")
         return
     forward = asyncio.create_task(_forward(connection, subscription, handover))
-    listen = asyncio.create_task(_ignore_incoming(connection))
     try:
         await asyncio.wait({forward, listen}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (forward, listen):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        forward.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await forward
     if forward.done() and not forward.cancelled() and forward.exception() is not None:
         raise forward.exception()  # type: ignore[misc]
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from training_platform.api.deps import KnownJobId, SessionDep, SyncServiceDep
+from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, SyncServiceDep
 from training_platform.api.schemas import AnomalyList, AnomalyOut, ErrorOut, MetricsHistory, SyncOut
 from training_platform.api.series_schema import MetricsSeries
-from training_platform.core.metrics_query import list_anomalies, list_metrics
+from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS
+from training_platform.core.history_page import history_page, page_body
+from training_platform.core.metrics_query import (
+    anomaly_row,
+    list_anomalies,
+    merge_incidents,
+)
 from training_platform.core.series_query import downsampled_history
 from training_platform.errors import InvalidParameterError
 
@@ -42,6 +49,7 @@ def _check_range(start_step: int | None, end_step: int | None) -> None:
 def metrics_history(
     job_id: KnownJobId,
     session: SessionDep,
+    settings: SettingsDep,
     start_step: StepQuery = None,
     end_step: StepQuery = None,
     limit: Annotated[
@@ -71,48 +79,84 @@ def metrics_history(
     Each record has the nested shape of a JSONL line (`loss`, `reward`, `kl`,
     `gradient`, `performance`, `timing`, `extra`, `anomalies`); non-finite
     numbers are the strings "NaN", "Infinity", "-Infinity". When more records
-    remain, `next_start_step` says where the next page starts.
+    remain, `next_start_step` says where the next page starts; `truncated` says
+    the page ended before `limit` because of the byte cap
+    (`PLATFORM_HISTORY_MAX_RESPONSE_BYTES`).
 
     With `max_points` the answer is columnar instead (MetricsSeries), sized for
     a chart whatever the run's length: a 1M-step run comes back as ~2,000
-    precomputed buckets.
+    precomputed buckets. Series that would take it past the byte cap (or past
+    `PLATFORM_HISTORY_MAX_SERIES`) are left out and named in `series_omitted`.
     """
     _check_range(start_step, end_step)
     if max_points is not None:
+        names = _parse_fields(fields)
         body = downsampled_history(
             session,
             job_id=job_id,
             start_step=start_step,
             end_step=end_step,
             max_points=max_points,
-            fields=_parse_fields(fields),
+            fields=names,
+            max_bytes=settings.history_max_response_bytes,
+            max_series=settings.history_max_series,
         )
+        _check_other_groups_found(names, body)
         return Response(orjson.dumps(body), media_type="application/json")
     if fields is not None:
         raise InvalidParameterError("fields applies only together with max_points")
-    records = list_metrics(
+    page = history_page(
         session,
         job_id=job_id,
         start_step=start_step,
         end_step=end_step,
-        limit=limit + 1,
-        nonfinite_as_strings=True,
+        limit=limit,
+        max_bytes=settings.history_max_response_bytes,
     )
-    next_start = records.pop()["step"] if len(records) > limit else None
-    body = {"job_id": job_id, "metrics": records, "count": len(records)}
-    body["next_start_step"] = next_start
     # Built by hand rather than through pydantic: a page can hold 100k records
-    # and they are already plain JSON-safe dicts.
-    return Response(orjson.dumps(body), media_type="application/json")
+    # and each is encoded once, as it is read.
+    return Response(page_body(job_id, page), media_type="application/json")
 
 
 def _parse_fields(fields: str | None) -> frozenset[str] | None:
+    """The `fields=` entries; 422 naming an entry that cannot be a series or group.
+
+    A known group's fields are fixed (`loss.actor_los` is a typo, refused here);
+    `timing` and `extra` take any name. A group outside both may still be one
+    the trainer invented (stored under `other`): it is checked against the
+    answer by `_check_other_groups_found`.
+    """
     if fields is None:
         return None
     names = frozenset(name.strip() for name in fields.split(",") if name.strip())
     if not names:
         raise InvalidParameterError("fields must name at least one series or group")
+    for name in sorted(names):
+        group, _, field = name.partition(".")
+        known = GROUP_FIELDS.get(group)
+        if known is not None and field and field not in known:
+            raise InvalidParameterError(
+                f"fields: unknown field {name!r} (group {group!r} has {', '.join(known)})"
+            )
+        if group in FREE_GROUPS and "." in name and not field:
+            raise InvalidParameterError(f"fields: {name!r} names no field")
     return names
+
+
+def _check_other_groups_found(names: frozenset[str] | None, body: dict[str, Any]) -> None:
+    """422 for a `fields=` entry outside the known groups that matched no series."""
+    if names is None:
+        return
+    present = [*(body.get("series") or {}), *body.get("series_omitted", ())]
+    for name in sorted(names):
+        group = name.partition(".")[0]
+        if group in GROUP_FIELDS or group in FREE_GROUPS:
+            continue
+        if not any(key == name or key.partition(".")[0] == name for key in present):
+            raise InvalidParameterError(
+                f"fields: unknown series or group {name!r} (groups: "
+                f"{', '.join([*GROUP_FIELDS, *FREE_GROUPS])}, or one the run logged)"
+            )
 
 
 @router.get(
@@ -129,13 +173,27 @@ def anomalies(
     source: Annotated[
         str | None, Query(pattern="^(callback|platform)$", description="Only this source.")
     ] = None,
+    raw: Annotated[
+        bool,
+        Query(
+            description="One row per source as stored, instead of one incident per (step, type)."
+        ),
+    ] = False,
 ) -> AnomalyList:
-    """Anomalies in step order: reported by the trainer's callback or found by the platform."""
+    """Anomalies in step order: reported by the trainer's callback or found by the platform.
+
+    By default one incident per (step, type): an event both the callback and
+    the platform found is listed once, with `sources` naming both (highest
+    severity, the callback's message). `raw=true` lists the stored per-source
+    rows. `source` filters the rows before they are merged.
+    """
     _check_range(start_step, end_step)
     rows = list_anomalies(
         session, job_id=job_id, start_step=start_step, end_step=end_step, source=source
     )
-    return AnomalyList(job_id=job_id, anomalies=[AnomalyOut.model_validate(r) for r in rows])
+    found = [anomaly_row(row) for row in rows]
+    listed = found if raw else merge_incidents(found)
+    return AnomalyList(job_id=job_id, anomalies=[AnomalyOut.model_validate(a) for a in listed])
 
 
 @router.post(
@@ -148,14 +206,23 @@ def anomalies(
         503: {"model": ErrorOut, "description": "The job's files cannot be read right now"},
     },
 )
-def sync_now(job_id: KnownJobId, sync_service: SyncServiceDep) -> SyncOut:
-    """Ingest every complete new line of the job's file, and its status file, now.
+async def sync_now(job_id: KnownJobId, request: Request, sync_service: SyncServiceDep) -> SyncOut:
+    """Ingest the job's new lines, and its status file, now; answers within seconds.
 
-    Safe to call while the background sync runs: records are never duplicated
-    or lost, whichever sync gets them.
+    At most `PLATFORM_SYNC_REQUEST_BUDGET` seconds (default 2) of ingestion run
+    inside the request: a bigger backlog answers `at_eof: false` with the
+    `bytes_remaining`, and the background sync carries on from there. Safe to
+    call while the background sync runs: records are never duplicated or
+    lost, whichever sync gets them.
     """
-    outcome = sync_service.sync_job(job_id)
+    budget = request.app.state.settings.sync_request_budget
+    outcome = await run_in_threadpool(sync_service.sync_job, job_id, budget=budget)
     result = outcome.result
+    hub = getattr(request.app.state, "live_hub", None)
+    if not result.at_eof and hub is not None:
+        # Even with the poller off or its next round far away: the rest of
+        # the backlog is ingested now, in the background.
+        hub.request_sync(job_id)
     return SyncOut(
         job_id=job_id,
         new_metrics=result.new_metrics,
@@ -165,6 +232,7 @@ def sync_now(job_id: KnownJobId, sync_service: SyncServiceDep) -> SyncOut:
         offset=result.offset,
         file_size=result.file_size,
         at_eof=result.at_eof,
+        bytes_remaining=max(0, result.file_size - result.offset),
         status_changed=outcome.status_changed,
         errors=result.errors,
     )

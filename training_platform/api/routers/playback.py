@@ -12,6 +12,13 @@ During a playback the client may send ``{"action": "pause"}``,
 ``playback_state`` message (``paused``, ``speed``, ``current_index`` of the
 next record, ``total``), a bad one with an ``error`` message (the playback
 goes on). Bad query parameters: an ``error`` message and close code 1008.
+
+Controls wait in a small bounded queue (`ControlQueue`) in which a burst
+coalesces: a seek replaces a seek not yet applied, a speed a speed, and
+pause/resume the last pause/resume. A superseded control is answered by the
+``playback_state`` of the one that replaced it, so 2,000 seeks sent at once
+cost one seek and one answer, not 2,000. While the queue is full the
+server stops reading the client (TCP back-pressure).
 """
 
 from __future__ import annotations
@@ -42,9 +49,11 @@ from training_platform.core.playback import (
     MAX_SPEED,
     MIN_SPEED,
     Control,
+    ControlQueue,
     Pacer,
     PlaybackRange,
     index_of_step,
+    known_index_of_step,
     metric_text,
     parse_control,
     plan_playback,
@@ -136,7 +145,7 @@ class _Player:
         self.pacer = pacer
         self.page_size = settings.history_page_size
         self.max_bytes = settings.live_max_message_bytes
-        self.controls: asyncio.Queue[Control] = asyncio.Queue()
+        self.controls = ControlQueue()
         self.index = 0  # of the next record to send
         self.next_step = span.start_step  # where the next page read starts
         self.buffer: deque[dict[str, Any]] = deque()
@@ -178,8 +187,8 @@ class _Player:
 
     async def _next_control(self) -> Control | None:
         """A control that arrived before the next record is due (or while paused), else None."""
-        if not self.controls.empty():
-            return self.controls.get_nowait()
+        if (control := self.controls.get_nowait()) is not None:
+            return control
         if self.paused:
             return await self.controls.get()
         delay = self.pacer.due(self.index) - self.pacer.clock()
@@ -203,7 +212,10 @@ class _Player:
         elif control.action == "seek":
             assert control.step is not None
             step = control.step
-            self.index = await to_thread.run_sync(self._index_of, step)
+            index = known_index_of_step(self.span, step)
+            if index is None:  # steps with gaps: count (once per coalesced burst)
+                index = await to_thread.run_sync(self._index_of, step)
+            self.index = index
             self.next_step = step
             self.buffer.clear()
             self.pacer.start(self.index)
@@ -223,10 +235,10 @@ class _Player:
         while True:
             text = await self.connection.receive_text()
             if text is None:
-                self.controls.put_nowait(_GONE)
+                self.controls.close(_GONE)
                 return
             try:
-                self.controls.put_nowait(parse_control(text, self.span))
+                await self.controls.put(parse_control(text, self.span))
             except InvalidParameterError as exc:
                 with contextlib.suppress(ClientGone):
                     await self.connection.send_json(

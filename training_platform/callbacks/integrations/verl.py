@@ -4,7 +4,7 @@ verl's trainers log one flat dict per step through
 ``verl.utils.tracking.Tracking``, which calls ``log(data=..., step=...)`` on
 each backend (and ``finish()`` on some). `VerlTrackingBackend` is such a
 backend; verl's keys (``actor/pg_loss``, ``critic/score/mean``,
-``timing_s/gen``, ``perf/throughput``, ...) map onto DESIGN.md's groups through
+``timing_s/gen``, ``perf/throughput``, ...) map onto the groups of docs/contract.md §2 through
 `wire.FIELD_SOURCES`, the rest lands in ``extra``.
 
 Plugging it in, in the process that runs ``RayPPOTrainer.fit()`` (verl's

@@ -1,8 +1,9 @@
 // Talking to the platform: REST under /api, WebSockets, and the optional API token.
 //
 // The token (PLATFORM_API_TOKEN) is asked for only when the server answers 401, kept
-// in this browser's localStorage, sent as a Bearer header on REST calls and as
-// ?token= on WebSockets (a browser cannot set headers on a WebSocket handshake).
+// in this browser's localStorage, sent as a Bearer header on REST calls and as a
+// WebSocket subprotocol on sockets (a browser cannot set headers on a WebSocket
+// handshake, and a token in the URL would land in the server's access log).
 
 const TOKEN_KEY = "training_platform.token";
 
@@ -51,15 +52,31 @@ export async function api(path, { method = "GET", body, signal } = {}) {
   throw new ApiError(401, { detail: "missing or invalid API token" });
 }
 
-/** ws:// or wss:// URL of an /api WebSocket path, with the token when there is one. */
+/** ws:// or wss:// URL of an /api WebSocket path (never with the token: see wsProtocols). */
 export function wsUrl(path, params = {}) {
   const url = new URL(`/api${path}`, window.location.href);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   for (const [key, value] of Object.entries(params)) {
     if (value !== undefined && value !== null) url.searchParams.set(key, String(value));
   }
-  if (token()) url.searchParams.set("token", token());
   return url.toString();
+}
+
+/**
+ * The subprotocols to open an /api WebSocket with: "training-platform" (which the
+ * server echoes) and, with a token, "training-platform.token.<base64url of it>".
+ */
+export function wsProtocols() {
+  const protocols = ["training-platform"];
+  if (token()) protocols.push(`training-platform.token.${base64url(token())}`);
+  return protocols;
+}
+
+function base64url(text) {
+  const bytes = new TextEncoder().encode(text);
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
 export const enc = encodeURIComponent;

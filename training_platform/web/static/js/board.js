@@ -2,7 +2,9 @@
 // fixed charts by section, the user's added charts, a smoothing control, and one
 // x-range shared by all charts (zooming one zooms all).
 
-import { CHARTS, SECTIONS, claimedKeys, customSpec } from "./chart_specs.js";
+import {
+  CHARTS, SECTIONS, X_AXES, claimedKeys, customSpec, saveXAxis, savedXAxis,
+} from "./chart_specs.js";
 import { MetricChart } from "./charts.js";
 import { frameThrottle, h } from "./format.js";
 
@@ -19,10 +21,12 @@ export class ChartBoard {
     this.anomalies = [];
     this.range = null;
     this.weight = Number(localStorage.getItem("training_platform.smoothing") || 0);
+    this.xAxis = savedXAxis();
     this.charts = new Map();
     const ctx = {
       syncKey,
       smoothing: () => this.weight,
+      xAxis: () => this.xAxis,
       onZoom: (lo, hi) => this.zoom([lo, hi]),
       onReset: () => this.zoom(null),
       onRemove: (spec) => this.removeCustom(spec.id),
@@ -45,10 +49,17 @@ export class ChartBoard {
       h("label", { class: "control", title: "Exponential moving average of the mean line, as TensorBoard draws it; the band keeps the raw min/max" },
         "Smoothing ", this.slider, this.sliderValue),
       h("span", { class: "control" }, this.picker,
-        h("button", { onclick: () => this.addPicked() }, "Add chart")));
+        h("button", { onclick: () => this.addPicked() }, "Add chart")),
+      h("label", { class: "control", title: "What the charts' x axis measures (remembered in this browser)" },
+        "x axis ", h("select", {
+          class: "x-axis-picker", "aria-label": "x axis",
+          onchange: (event) => this.setXAxis(event.target.value),
+        }, X_AXES.map((axis) => h("option", { value: axis.id, selected: axis.id === this.xAxis }, axis.label)))));
+    // Charts with no data in this run fold away; this line says which.
+    this.foldedNote = h("p", { class: "folded-note muted", hidden: true });
     this.root = h("div", { class: "board" },
       SECTIONS.map((s) => h("section", { class: "board-section", "data-section": s.id },
-        h("h2", {}, s.title), this.sections.get(s.id))));
+        h("h2", {}, s.title), this.sections.get(s.id))), this.foldedNote);
   }
 
   destroy() {
@@ -95,6 +106,15 @@ export class ChartBoard {
     if (!this.columns) return;
     for (const chart of this.charts.values()) chart.update(this.columns);
     this.refreshPicker();
+    const folded = [...this.charts.values()].filter((chart) => chart.root.hidden).map((chart) => chart.spec.title);
+    this.foldedNote.textContent = folded.length ? `Folded away, no data here: ${folded.join(", ")}.` : "";
+    this.foldedNote.hidden = !folded.length;
+  }
+
+  setXAxis(axis) {
+    this.xAxis = axis;
+    saveXAxis(axis);
+    this.redraw();
   }
 
   /** Offer every series no chart shows yet (extras, unknown groups). */

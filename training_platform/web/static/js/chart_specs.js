@@ -92,3 +92,41 @@ export function resolveLines(spec, keys) {
   }
   return lines.map((line, i) => ({ ...line, color: PALETTE[i % PALETTE.length] }));
 }
+
+// The reader's chart preferences, remembered in localStorage across runs: which
+// charts (by id) use a log y axis, and the board's x axis.
+const LOG_CHARTS_KEY = "training_platform.log_charts";
+const X_AXIS_KEY = "training_platform.x_axis";
+export const X_AXES = [
+  { id: "step", label: "step" },
+  { id: "time", label: "wall-clock time" },
+];
+
+function storedLogCharts() {
+  try {
+    const ids = JSON.parse(localStorage.getItem(LOG_CHARTS_KEY) || "[]");
+    return new Set(Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : []);
+  } catch {
+    return new Set(); // a hand-edited or foreign value: start again
+  }
+}
+
+export function logScaleWanted(chartId) {
+  return storedLogCharts().has(chartId);
+}
+
+export function setLogScaleWanted(chartId, on) {
+  const ids = storedLogCharts();
+  if (on) ids.add(chartId);
+  else ids.delete(chartId);
+  localStorage.setItem(LOG_CHARTS_KEY, JSON.stringify([...ids].sort()));
+}
+
+export function savedXAxis() {
+  const wanted = localStorage.getItem(X_AXIS_KEY);
+  return X_AXES.some((axis) => axis.id === wanted) ? wanted : "step";
+}
+
+export function saveXAxis(axis) {
+  localStorage.setItem(X_AXIS_KEY, axis);
+}

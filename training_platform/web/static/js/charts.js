@@ -6,11 +6,27 @@
 // and non-finite values are DOM markers laid over the plot (so they carry their
 // message as a tooltip, and tests can find them); the legend below the title shows
 // the values under the cursor, or the latest ones.
+//
+// Per chart: a log-scale toggle (remembered per chart id) and a CSV download of
+// the points it holds; the x axis (steps or wall-clock time) is the board's.
+// A chart with no series in a run that has points folds away (`hidden`).
 
-import uPlot from "/static/vendor/uplot/uPlot.esm.js";
-import { resolveLines } from "./chart_specs.js";
+import { logScaleWanted, resolveLines, setLogScaleWanted } from "./chart_specs.js";
 import { fmtNumber, fmtStep, h } from "./format.js";
-import { smooth } from "./series.js";
+import { mapAlong, smooth, toCsv, wallClock } from "./series.js";
+
+// uPlot is loaded, not imported: a missing or broken copy (404, bad file) must not
+// take the run page down with it. Without it the charts show their latest values
+// in the legend and no plot, and main.js says what is missing and how to fix it.
+let uPlot = null;
+export let chartLibraryError = null;
+try {
+  uPlot = (await import("/static/vendor/uplot/uPlot.esm.js")).default;
+  if (typeof uPlot !== "function") throw new Error("uPlot.esm.js has no uPlot export");
+} catch (error) {
+  uPlot = null;
+  chartLibraryError = error;
+}
 
 const HEIGHT = 210;
 const MAX_MARKERS = 300; // per chart; beyond that a tooltip would be noise anyway
@@ -18,7 +34,8 @@ const MAX_MARKERS = 300; // per chart; beyond that a tooltip would be noise anyw
 export class MetricChart {
   /**
    * @param spec  a chart spec (chart_specs.js)
-   * @param ctx   {syncKey, smoothing(): number, onZoom(lo, hi), onReset(), onRemove?()}
+   * @param ctx   {syncKey, smoothing(): number, xAxis?(): "step" | "time",
+   *              onZoom(lo, hi), onReset(), onRemove?()}
    */
   constructor(spec, ctx) {
     this.spec = spec;
@@ -28,15 +45,31 @@ export class MetricChart {
     this.range = null;
     this.plot = null;
     this.signature = null;
+    this.log = logScaleWanted(spec.id);
+    this.xMode = "step";
+    this.xs = [];
     this.legend = h("div", { class: "chart-legend" });
     this.body = h("div", { class: "chart-body" });
+    this.note = h("p", { class: "chart-note muted", hidden: true });
     this.empty = h("p", { class: "chart-empty muted" }, "No data for this chart yet.");
+    this.logButton = h("button", {
+      class: "chart-tool chart-log",
+      title: "Logarithmic y axis (values ≤ 0 cannot be drawn on it and are left out)",
+      "aria-pressed": String(this.log),
+      onclick: () => this.setLog(!this.log),
+    }, "log");
+    const csv = h("button", {
+      class: "chart-tool chart-csv", title: "Download the points of this chart as CSV",
+      onclick: () => this.downloadCsv(),
+    }, "CSV");
     const remove = spec.custom && ctx.onRemove
       ? h("button", { class: "chart-remove", title: "Remove this chart", onclick: () => ctx.onRemove(spec) }, "×")
       : null;
     this.root = h("section", { class: "chart", "data-chart": spec.id },
-      h("header", { class: "chart-head" }, h("h3", {}, spec.title), remove),
-      this.legend, this.body, this.empty);
+      h("header", { class: "chart-head" }, h("h3", {}, spec.title),
+        h("span", { class: "chart-tools" }, this.logButton, csv, remove)),
+      this.legend, this.body, this.note, this.empty);
+    this.root.chart = this; // lets tests (and a curious console) reach the plot
     this.resizer = new ResizeObserver(() => this.fit());
     this.resizer.observe(this.body);
   }
@@ -57,12 +90,35 @@ export class MetricChart {
     if (this.plot) this.plot.redraw(false, false);
   }
 
+  setLog(on) {
+    this.log = on;
+    this.logButton.setAttribute("aria-pressed", String(on));
+    setLogScaleWanted(this.spec.id, on);
+    this.render();
+  }
+
   /** Show steps [lo, hi] (null: everything). */
   setRange(range) {
     this.range = range;
     if (!this.plot) return;
-    if (range) this.plot.setScale("x", { min: range[0], max: range[1] });
+    if (range) this.plot.setScale("x", this.xRange(range));
     else this.plot.setData(this.plot.data, true);
+  }
+
+  /** A step range as the x scale's {min, max} (wall-clock seconds in time mode). */
+  xRange([lo, hi]) {
+    let min = this.toX(lo);
+    let max = this.toX(hi);
+    if (!(max > min)) max = min + 1;
+    return { min, max };
+  }
+
+  toX(step) {
+    return this.xMode === "time" ? mapAlong(this.columns.steps, this.xs, step) : step;
+  }
+
+  toStep(x) {
+    return this.xMode === "time" ? mapAlong(this.xs, this.columns.steps, x) : x;
   }
 
   render() {
@@ -71,18 +127,30 @@ export class MetricChart {
     this.lines = resolveLines(this.spec, keys);
     const band = this.spec.band;
     this.band = band && keys.has(band.lower) && keys.has(band.upper) ? band : null;
-    const hasData = this.columns.length > 0 && (this.lines.length > 0 || this.band);
+    const hasData = this.columns.length > 0 && this.seriesKeys().some((key) => holdsData(this.columns.cols.get(key)));
     this.empty.hidden = Boolean(hasData);
     this.root.classList.toggle("is-empty", !hasData);
+    // The run has points but none for this chart (GPU memory on a CPU run): fold it
+    // away rather than show an empty frame. Before the first point every chart waits.
+    this.root.hidden = this.columns.length > 0 && !hasData;
     if (!hasData) {
       if (this.plot) this.plot.destroy();
       this.plot = null;
       this.signature = null;
       this.legend.replaceChildren();
+      this.showNote([]);
       return;
     }
-    const data = this.buildData();
-    const signature = this.lines.map((line) => line.key).join("|") + (this.band ? "|band" : "");
+    const notes = [];
+    const data = this.buildData(notes);
+    this.showNote(notes);
+    if (!uPlot) {
+      this.body.replaceChildren(h("p", { class: "chart-missing muted" }, "No plot: the chart library did not load."));
+      this.showLegend(null);
+      return;
+    }
+    const signature = [...this.lines.map((line) => line.key), this.band ? "band" : "",
+      this.xMode, this.log ? "log" : "linear"].join("|");
     if (signature !== this.signature || !this.plot) {
       if (this.plot) this.plot.destroy();
       this.signature = signature;
@@ -92,15 +160,36 @@ export class MetricChart {
       if (this.range) this.setRange(this.range);
     } else {
       this.plot.setData(data, !this.range);
-      if (this.range) this.plot.setScale("x", { min: this.range[0], max: this.range[1] });
+      if (this.range) this.plot.setScale("x", this.xRange(this.range));
     }
     this.showLegend(null);
   }
 
-  buildData() {
+  /** Every series key this chart draws (lines, then the band's two). */
+  seriesKeys() {
+    const keys = this.lines.map((line) => line.key);
+    if (this.band) keys.push(this.band.lower, this.band.upper);
+    return keys;
+  }
+
+  /** uPlot's data: x values, then the series; `notes` gets what the reader should know. */
+  buildData(notes) {
     const { columns } = this;
     const weight = this.ctx.smoothing();
-    const data = [columns.steps];
+    this.xMode = "step";
+    this.xs = columns.steps;
+    if (this.ctx.xAxis && this.ctx.xAxis() === "time") {
+      const clock = wallClock(columns);
+      if (clock) {
+        this.xMode = "time";
+        this.xs = clock;
+      } else {
+        notes.push("No timestamps in these records: the x axis shows steps.");
+      }
+    }
+    // One group of uPlot series per thing drawn: a line (mean, min, max), the
+    // band (low, high), a stacked stage (its top).
+    const groups = [];
     if (this.spec.stackPrefix) {
       // Stacked: each stage's mean on top of the ones before (sum of means is the
       // mean of sums, so buckets stack correctly too).
@@ -108,23 +197,45 @@ export class MetricChart {
       for (const line of this.lines) {
         const mean = smooth(columns.cols.get(line.key).mean, weight);
         const top = mean.map((value, i) => below[i] + (value ?? 0));
-        data.push(top);
+        groups.push([top]);
         below = top;
       }
-      return data;
+    } else {
+      for (const line of this.lines) {
+        const column = columns.cols.get(line.key);
+        groups.push([smooth(column.mean, weight), column.min, column.max]);
+      }
+      if (this.band) {
+        groups.push([columns.cols.get(this.band.lower).min, columns.cols.get(this.band.upper).max]);
+      }
     }
-    for (const line of this.lines) {
-      const column = columns.cols.get(line.key);
-      data.push(smooth(column.mean, weight), column.min, column.max);
+    if (!this.log) return [this.xs, ...groups.flat()];
+    // A log axis cannot place values <= 0: they become gaps, counted per point of
+    // each thing drawn (a bucket whose minimum is <= 0 loses the bottom of its band).
+    let dropped = 0;
+    const positive = groups.map((group) => {
+      const hit = new Set();
+      const kept = group.map((values) => values.map((value, i) => {
+        if (value === null || value === undefined || value > 0) return value;
+        hit.add(i);
+        return null;
+      }));
+      dropped += hit.size;
+      return kept;
+    });
+    if (dropped) {
+      notes.push(`Log scale: values ≤ 0 at ${dropped.toLocaleString("en-US")} points are not drawn.`);
     }
-    if (this.band) {
-      data.push(columns.cols.get(this.band.lower).min, columns.cols.get(this.band.upper).max);
-    }
-    return data;
+    return [this.xs, ...positive.flat()];
+  }
+
+  showNote(notes) {
+    this.note.textContent = notes.join(" ");
+    this.note.hidden = notes.length === 0;
   }
 
   options() {
-    const series = [{ label: "step" }];
+    const series = [{ label: this.xMode === "time" ? "time" : "step" }];
     const bands = [];
     if (this.spec.stackPrefix) {
       this.lines.forEach((line, i) => {
@@ -150,16 +261,19 @@ export class MetricChart {
         bands.push({ series: [at + 1, at], fill: "#64748b22" });
       }
     }
+    const time = this.xMode === "time";
     return {
       width: Math.max(200, this.body.clientWidth || 600),
       height: HEIGHT,
       series,
       bands,
       legend: { show: false },
-      scales: { x: { time: false } },
+      // Wall-clock x values are Unix seconds (uPlot's default time unit).
+      scales: { x: { time }, y: this.log ? { distr: 3, log: 10 } : {} },
       axes: [
-        { values: (u, ticks) => ticks.map(fmtStep), size: 30 },
-        { values: (u, ticks) => ticks.map(fmtNumber), size: 62 },
+        { values: (u, ticks) => (time ? this.clockLabels(ticks) : ticks.map(fmtStep)), size: 30 },
+        // A log axis leaves some ticks unlabelled (null): keep them so.
+        { values: (u, ticks) => ticks.map((v) => (v === null ? null : fmtNumber(v))), size: 62 },
       ],
       cursor: {
         sync: { key: this.ctx.syncKey },
@@ -178,8 +292,8 @@ export class MetricChart {
         setSelect: [(u) => {
           const { left, width } = u.select;
           if (width < 2) return;
-          const lo = u.posToVal(left, "x");
-          const hi = u.posToVal(left + width, "x");
+          const lo = this.toStep(u.posToVal(left, "x"));
+          const hi = this.toStep(u.posToVal(left + width, "x"));
           u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
           this.ctx.onZoom(Math.floor(lo), Math.ceil(hi));
         }],
@@ -187,6 +301,13 @@ export class MetricChart {
         draw: [() => this.placeMarkers()],
       },
     };
+  }
+
+  /** Tick labels of the wall-clock axis: the finer the span, the more digits. */
+  clockLabels(ticks) {
+    const span = ticks.length > 1 ? ticks[ticks.length - 1] - ticks[0] : 0;
+    this.xTickLabels = ticks.map((t) => fmtClock(t, span));
+    return this.xTickLabels;
   }
 
   fit() {
@@ -197,6 +318,23 @@ export class MetricChart {
     }
   }
 
+  /** The chart's points (the zoomed range only, when zoomed), raw, as a CSV file. */
+  csv() {
+    const columns = this.range ? this.columns.slice(this.range[0], this.range[1]) : this.columns;
+    return toCsv(columns, this.seriesKeys());
+  }
+
+  downloadCsv() {
+    if (!this.columns || !this.lines) return;
+    const name = `${this.ctx.syncKey}_${this.spec.id}`.replace(/[^A-Za-z0-9_.-]+/g, "_");
+    const url = URL.createObjectURL(new Blob([this.csv()], { type: "text/csv" }));
+    const link = h("a", { href: url, download: `${name}.csv`, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+  }
+
   /** Legend: values at point `idx` (under the cursor), else at the latest point. */
   showLegend(idx) {
     const { columns } = this;
@@ -204,8 +342,9 @@ export class MetricChart {
     const i = idx ?? columns.length - 1;
     const lo = columns.steps[i];
     const hi = columns.lastSteps[i];
-    const items = [h("span", { class: "legend-step" },
-      lo === hi ? `step ${fmtStep(lo)}` : `steps ${fmtStep(lo)}–${fmtStep(hi)}`)];
+    let where = lo === hi ? `step ${fmtStep(lo)}` : `steps ${fmtStep(lo)}–${fmtStep(hi)}`;
+    if (this.xMode === "time" && columns.times[i] != null) where += ` · ${fmtClock(columns.times[i], 0)}`;
+    const items = [h("span", { class: "legend-step" }, where)];
     for (const line of this.lines) {
       const column = columns.cols.get(line.key);
       items.push(h("span", { class: "legend-item", title: line.key },
@@ -219,8 +358,8 @@ export class MetricChart {
     }
     for (const anomaly of this.anomalies) {
       if (anomaly.step >= lo && anomaly.step <= hi) {
-        items.push(h("span", { class: `legend-anomaly severity-${anomaly.severity}` },
-          `⚠ ${anomaly.type}: ${anomaly.message}`));
+        const text = `⚠ ${anomaly.type}: ${anomaly.message}`;
+        items.push(h("span", { class: `legend-anomaly severity-${anomaly.severity}`, title: text }, text));
       }
     }
     this.legend.replaceChildren(...items);
@@ -231,22 +370,28 @@ export class MetricChart {
     const u = this.plot;
     if (!u || !this.markers) return;
     const { min, max } = u.scales.x;
+    const { columns } = this;
+    const first = columns.steps[0];
+    const last = columns.lastSteps[columns.length - 1];
     const nodes = [];
-    const x = (step) => `${u.valToPos(step, "x").toFixed(1)}px`;
+    const px = (x) => `${u.valToPos(x, "x").toFixed(1)}px`;
     for (const anomaly of this.anomalies) {
       if (nodes.length >= MAX_MARKERS) break;
-      if (anomaly.step < min || anomaly.step > max) continue;
+      // Off the data, a wall-clock position would be a guess: leave it out.
+      if (this.xMode === "time" && (anomaly.step < first || anomaly.step > last)) continue;
+      const x = this.toX(anomaly.step);
+      if (x < min || x > max) continue;
       nodes.push(h("div", {
         class: `marker anomaly-marker severity-${anomaly.severity}`,
-        style: `left:${x(anomaly.step)}`,
+        style: `left:${px(x)}`,
         title: `step ${fmtStep(anomaly.step)} · ${anomaly.severity} · ${anomaly.type}: ${anomaly.message}`,
         dataset: { step: anomaly.step, type: anomaly.type },
       }));
     }
-    const { columns } = this;
     for (let i = 0; i < columns.length && nodes.length < MAX_MARKERS; i += 1) {
       const step = columns.steps[i];
-      if (step < min || step > max) continue;
+      const x = this.xs[i];
+      if (x < min || x > max) continue;
       const found = this.lines.filter((line) => columns.cols.get(line.key).nf[i]);
       if (this.band) {
         for (const key of [this.band.lower, this.band.upper]) {
@@ -262,13 +407,32 @@ export class MetricChart {
         : `steps ${fmtStep(step)}–${fmtStep(columns.lastSteps[i])}`;
       nodes.push(h("div", {
         class: "marker nan-marker",
-        style: `left:${x(step)}`,
+        style: `left:${px(x)}`,
         title: `${where}: ${what.join(", ")}`,
         dataset: { step },
       }, "▲"));
     }
     this.markers.replaceChildren(...nodes);
   }
+}
+
+/** Whether a series has any value or non-finite mark in the points held. */
+function holdsData(column) {
+  if (!column) return false;
+  for (let i = 0; i < column.mean.length; i += 1) {
+    if (column.mean[i] !== null || column.nf[i]) return true;
+  }
+  return false;
+}
+
+/** Local wall-clock time: seconds shown for spans under 10 min, the date past a day. */
+export function fmtClock(seconds, span) {
+  const date = new Date(seconds * 1000);
+  const pad = (n) => String(n).padStart(2, "0");
+  const clock = `${pad(date.getHours())}:${pad(date.getMinutes())}`;
+  const withSeconds = span < 600 ? `${clock}:${pad(date.getSeconds())}` : clock;
+  if (span < 86_400) return withSeconds;
+  return `${pad(date.getMonth() + 1)}-${pad(date.getDate())} ${clock}`;
 }
 
 function describePoint(column, i) {

@@ -1,6 +1,6 @@
 // Small pure helpers: numbers, times, DOM building.
 
-/** The API writes non-finite numbers as strings (DESIGN.md); these are they. */
+/** The API writes non-finite numbers as strings (docs/contract.md); these are they. */
 export const NONFINITE = new Set(["NaN", "Infinity", "-Infinity"]);
 
 export function fmtNumber(value) {
@@ -49,6 +49,9 @@ export function h(tag, attrs = {}, ...children) {
       element.addEventListener(key.slice(2), value);
     } else if (key === "dataset") {
       Object.assign(element.dataset, value);
+    } else if (key === "style") {
+      // Through the CSSOM: the page's CSP (no 'unsafe-inline') refuses style attributes.
+      element.style.cssText = String(value);
     } else {
       element.setAttribute(key, value === true ? "" : String(value));
     }
@@ -64,11 +67,18 @@ export function statusBadge(status) {
   return h("span", { class: `badge status-${status}`, "data-status": status }, status);
 }
 
-export function progressBar(current, total) {
+/**
+ * Progress as "current / total" and a bar. A completed run shows its full progress
+ * whatever its last step says: step loops count from 0, so the last step of a
+ * 700-step run is 699, which is 700 steps done, not 699.
+ */
+export function progressBar(current, total, status = null) {
   if (current !== null && current !== undefined && current < 0) current = null;
+  if (status === "completed" && total) current = Math.max(current ?? 0, total);
   const fraction = total ? Math.min(1, Math.max(0, (current ?? 0) / total)) : 0;
   const label = total ? `${fmtStep(current)} / ${fmtStep(total)}` : fmtStep(current);
-  const bar = h("div", { class: "progress", title: label });
+  const percent = total ? ` (${Math.floor(fraction * 100)} %)` : "";
+  const bar = h("div", { class: "progress", title: `${label}${percent}`, "data-fraction": fraction.toFixed(4) });
   bar.append(h("div", { class: "progress-fill", style: `width:${(fraction * 100).toFixed(1)}%` }));
   return h("div", { class: "progress-cell" }, bar, h("span", { class: "progress-label" }, label));
 }

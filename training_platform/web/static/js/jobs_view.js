@@ -1,7 +1,10 @@
-// The jobs view: every job with status, progress, last update and anomalies.
+// The jobs view: every job with status, health, progress, last update and anomalies.
 //
 // Kept current by polling GET /api/jobs every two seconds: one cheap query for all
-// jobs, where a WebSocket per job would not scale to a page listing hundreds.
+// jobs, where a WebSocket per job would not scale to a page listing hundreds. So a
+// job's health badge turns to warning or critical within two seconds, no reload.
+// Deleting a run asks first, in a dialog that lives outside the table (the table is
+// rebuilt on every refresh).
 
 import { api, enc } from "./api.js";
 import { fmtAgo, fmtStep, fmtTime, h, progressBar, statusBadge } from "./format.js";
@@ -15,15 +18,29 @@ export class JobsView {
     this.timer = null;
     this.table = h("tbody", { id: "jobs-body" });
     this.note = h("p", { class: "muted" });
+    this.pendingDelete = null;
+    this.confirmText = h("p", {});
+    this.confirmError = h("p", { class: "error-text" });
+    this.dialog = h("dialog", { id: "delete-dialog", class: "confirm-dialog" },
+      h("form", { method: "dialog" },
+        this.confirmText,
+        h("p", { class: "muted" }, "Its stored metrics, anomalies and sync state are removed; "
+          + "its files are not touched. It will not be discovered again unless registered."),
+        this.confirmError,
+        h("div", { class: "dialog-buttons" },
+          h("button", { type: "submit", value: "cancel", id: "delete-cancel" }, "Cancel"),
+          h("button", { type: "button", class: "danger", id: "delete-confirm",
+            onclick: () => this.confirmDelete() }, "Delete"))));
   }
 
   async start() {
     this.root.replaceChildren(
       h("div", { class: "page-head" }, h("h1", {}, "Training runs"), this.note),
       h("table", { class: "jobs" },
-        h("thead", {}, h("tr", {}, ["job", "status", "progress", "latest step", "last update", "anomalies", "source"]
+        h("thead", {}, h("tr", {}, ["job", "status", "health", "progress", "latest step", "last update", "anomalies", "source", ""]
           .map((title) => h("th", {}, title)))),
-        this.table));
+        this.table),
+      this.dialog);
     await this.refresh();
     this.timer = setInterval(() => this.refresh(), REFRESH_MS);
   }
@@ -45,11 +62,45 @@ export class JobsView {
     this.note.textContent = jobs.length
       ? `${jobs.length} job${jobs.length === 1 ? "" : "s"} · updated every ${REFRESH_MS / 1000} s`
       : "No jobs yet: start a training run with PlatformCallback writing to PLATFORM_METRICS_DIR, or register one with POST /api/jobs.";
-    this.table.replaceChildren(...jobs.map(row));
+    this.table.replaceChildren(...jobs.map((job) => row(job, () => this.askDelete(job.job_id))));
+  }
+
+  askDelete(jobId) {
+    this.pendingDelete = jobId;
+    this.confirmText.textContent = `Delete run ${jobId}?`;
+    this.confirmError.textContent = "";
+    this.dialog.showModal();
+  }
+
+  async confirmDelete() {
+    const jobId = this.pendingDelete;
+    if (!jobId) return;
+    try {
+      await api(`/jobs/${enc(jobId)}`, { method: "DELETE" });
+    } catch (error) {
+      if (error.status !== 404) { // already gone is what was asked for
+        this.confirmError.textContent = `Could not delete: ${error.message}`;
+        return;
+      }
+    }
+    this.pendingDelete = null;
+    this.dialog.close();
+    await this.refresh();
   }
 }
 
-function row(job) {
+const HEALTH_TITLES = {
+  ok: "no warning or critical anomaly, not stalled",
+  warning: "a warning anomaly, a stalled run, or the trainer flagged an anomaly",
+  critical: "a critical anomaly was found",
+};
+
+function healthBadge(health) {
+  return h("span", { class: `badge health-badge health-${health}`, "data-health": health,
+    title: HEALTH_TITLES[health] || "" }, health);
+}
+
+function row(job, onDelete) {
   const anomalies = job.anomaly_count
     ? h("span", { class: "badge anomaly-badge", title: job.anomaly_reason || "" }, `⚠ ${job.anomaly_count}`)
     : h("span", { class: "muted" }, "none");
@@ -57,9 +108,12 @@ function row(job) {
   return h("tr", { "data-job": job.job_id },
     h("td", {}, h("a", { href: `#/run/${enc(job.job_id)}`, class: "job-link" }, job.job_id)),
     h("td", {}, statusBadge(job.status)),
-    h("td", {}, progressBar(job.current_step ?? job.latest_step, job.total_steps)),
+    h("td", {}, healthBadge(job.health)),
+    h("td", {}, progressBar(job.current_step ?? job.latest_step, job.total_steps, job.status)),
     h("td", {}, fmtStep(job.latest_step)),
     h("td", { title: fmtTime(job.updated_at) }, fmtAgo(job.updated_at ?? job.last_synced_at)),
     h("td", {}, anomalies),
-    h("td", { class: "muted" }, source));
+    h("td", { class: "muted" }, source),
+    h("td", {}, h("button", { class: "link delete-job", title: `Delete run ${job.job_id}`,
+      "aria-label": `Delete run ${job.job_id}`, onclick: onDelete }, "delete")));
 }

@@ -5,7 +5,7 @@
 // last step we hold, so a dropped connection (or the server closing a client that
 // fell behind, code 1013) loses nothing either.
 
-import { enc, wsUrl } from "./api.js";
+import { enc, wsProtocols, wsUrl } from "./api.js";
 
 const RETRY_MS = [500, 1000, 2000, 5000];
 
@@ -13,6 +13,8 @@ export class LiveStream {
   /**
    * @param jobId
    * @param handlers {onMessage(msg), onState(state, detail), sinceStep(): number|null}
+   *   states: connecting, live, waiting (the job does not exist yet), reconnecting,
+   *   refused (1008: unknown job, bad parameter), closed
    */
   constructor(jobId, handlers) {
     this.jobId = jobId;
@@ -22,6 +24,7 @@ export class LiveStream {
     this.finished = false;
     this.failures = 0;
     this.timer = null;
+    this.waiting = false;
   }
 
   start() {
@@ -39,7 +42,7 @@ export class LiveStream {
   open() {
     const since = this.handlers.sinceStep();
     const url = wsUrl(`/monitoring/${enc(this.jobId)}/live`, { since_step: since });
-    const socket = new WebSocket(url);
+    const socket = new WebSocket(url, wsProtocols());
     this.socket = socket;
     this.handlers.onState("connecting");
     socket.onopen = () => {
@@ -54,6 +57,15 @@ export class LiveStream {
         return; // the server only sends JSON; ignore anything else
       }
       if (message.type === "finished") this.finished = true;
+      // The job's files do not exist yet: the server keeps the socket open until they
+      // do (then the stream starts as usual) or its wait ends (job_not_found, 1008).
+      if (message.type === "waiting") {
+        this.waiting = true;
+        this.handlers.onState("waiting", `waiting for ${this.jobId} to start`);
+      } else if (this.waiting) {
+        this.waiting = false;
+        this.handlers.onState("live");
+      }
       this.handlers.onMessage(message);
     };
     socket.onclose = (event) => {

@@ -6,17 +6,31 @@
 
 import { h } from "./format.js";
 
-// Views are imported dynamically: if the chart library is missing (npm ci not run),
-// the page says so instead of staying blank.
-let views = null;
-async function loadViews() {
-  if (!views) {
-    const [jobs, run, playback] = await Promise.all([
-      import("./jobs_view.js"), import("./run_view.js"), import("./playback_view.js"),
-    ]);
-    views = { JobsView: jobs.JobsView, RunView: run.RunView, PlaybackView: playback.PlaybackView };
+// Each view is imported when first shown, and the chart library is loaded by
+// charts.js itself (it survives its absence): a missing or broken asset costs
+// the charts, never the jobs list or a run's numbers.
+const VIEW_MODULES = {
+  jobs: () => import("./jobs_view.js").then((m) => m.JobsView),
+  run: () => import("./run_view.js").then((m) => m.RunView),
+  playback: () => import("./playback_view.js").then((m) => m.PlaybackView),
+};
+
+const ASSET_FIX = "Reinstall the package (pip install --force-reinstall training-platform), "
+  + "or in a source checkout run npm ci --prefix training_platform/web (scripts/setup.sh does).";
+
+/** Say, above every view, when the chart library did not load, and how to fix it. */
+async function checkChartLibrary() {
+  let problem;
+  try {
+    problem = (await import("./charts.js")).chartLibraryError;
+  } catch (error) {
+    problem = error;
   }
-  return views;
+  if (!problem) return;
+  const banner = document.getElementById("asset-banner");
+  banner.replaceChildren(h("strong", {}, "Charts are off: the chart library (uPlot) did not load. "),
+    ASSET_FIX, h("span", { class: "muted" }, ` (${problem})`));
+  banner.hidden = false;
 }
 
 function showBanner(text) {
@@ -29,6 +43,7 @@ const viewRoot = document.getElementById("view");
 const crumbs = document.getElementById("crumbs");
 const connection = document.getElementById("connection");
 let current = null;
+let routing = 0; // bumped by every route(): a slower, older one must not install its view
 
 function setConnection(state, detail = "") {
   connection.dataset.state = state;
@@ -43,6 +58,7 @@ function parseRoute() {
 }
 
 async function route() {
+  const mine = ++routing;
   if (current) current.stop();
   current = null;
   showBanner("");
@@ -52,21 +68,19 @@ async function route() {
     ...(kind === "playback" ? [" / playback"] : []));
   document.title = jobId ? `${jobId} · training_platform` : "training_platform";
   viewRoot.replaceChildren(h("p", { class: "muted" }, "Loading…"));
-  let JobsView;
-  let RunView;
-  let PlaybackView;
+  let View;
   try {
-    ({ JobsView, RunView, PlaybackView } = await loadViews());
+    View = await VIEW_MODULES[kind]();
   } catch (error) {
-    viewRoot.replaceChildren(h("div", { class: "error-box" }, h("h1", {}, "The dashboard could not load"),
-      h("p", {}, "Its chart library is probably not installed: run scripts/setup.sh ",
-        "(it runs npm ci --prefix training_platform/web)."), h("p", { class: "muted" }, String(error))));
+    if (mine === routing) {
+      viewRoot.replaceChildren(h("div", { class: "error-box" }, h("h1", {}, "This page could not load"),
+        h("p", {}, "A file of the dashboard is missing or broken. ", ASSET_FIX),
+        h("p", { class: "muted" }, String(error))));
+    }
     return;
   }
-  let view;
-  if (kind === "run") view = new RunView(viewRoot, jobId, setConnection);
-  else if (kind === "playback") view = new PlaybackView(viewRoot, jobId, setConnection);
-  else view = new JobsView(viewRoot, setConnection);
+  if (mine !== routing) return;
+  const view = kind === "jobs" ? new View(viewRoot, setConnection) : new View(viewRoot, jobId, setConnection);
   current = view;
   try {
     await view.start();
@@ -79,3 +93,4 @@ async function route() {
 
 window.addEventListener("hashchange", route);
 route();
+checkChartLibrary();

@@ -6,11 +6,13 @@ import {
 } from "./format.js";
 
 const MAX_ANOMALY_ROWS = 500;
+const SEVERITY_RANK = { info: 0, warning: 1, critical: 2 };
+const SOURCE_ORDER = ["callback", "platform"];
 
 export function renderStatus(container, job) {
   const rows = [
     ["Status", statusBadge(job.status)],
-    ["Progress", progressBar(Math.max(job.current_step ?? -1, job.latest_step ?? -1), job.total_steps)],
+    ["Progress", progressBar(Math.max(job.current_step ?? -1, job.latest_step ?? -1), job.total_steps, job.status)],
     ["Latest stored step", fmtStep(job.latest_step)],
     ["Records stored", fmtStep(job.metrics_count)],
     ["Started", fmtTime(job.started_at)],
@@ -28,23 +30,52 @@ export function renderStatus(container, job) {
     rows.flatMap(([term, value]) => [h("dt", {}, term), h("dd", {}, value)])));
 }
 
-/** Anomalies in step order; `onPick(anomaly)` zooms the charts to it. */
+/**
+ * Fold another report of the same (step, type) into `incident`, as the API does:
+ * every source named, the highest severity, the callback's message. True if it changed.
+ */
+export function mergeIncident(incident, anomaly) {
+  const before = JSON.stringify(incident);
+  const sources = anomaly.sources || [anomaly.source];
+  const hadCallback = incident.sources.includes("callback");
+  for (const source of sources) if (!incident.sources.includes(source)) incident.sources.push(source);
+  incident.sources.sort((a, b) => rankOf(SOURCE_ORDER.indexOf(a)) - rankOf(SOURCE_ORDER.indexOf(b)));
+  incident.source = incident.sources[0];
+  if ((SEVERITY_RANK[anomaly.severity] ?? 1) > (SEVERITY_RANK[incident.severity] ?? 1)) {
+    incident.severity = anomaly.severity;
+  }
+  if (anomaly.message && (!incident.message || (!hadCallback && sources.includes("callback")))) {
+    incident.message = anomaly.message;
+  }
+  return JSON.stringify(incident) !== before;
+}
+
+function rankOf(index) {
+  return index < 0 ? SOURCE_ORDER.length : index;
+}
+
+/** Incidents in step order, newest first; `onPick(anomaly)` zooms the charts to it. */
 export function renderAnomalies(container, anomalies, onPick) {
   if (!anomalies.length) {
     container.replaceChildren(h("p", { class: "muted" }, "No anomalies."));
     return;
   }
   const shown = anomalies.slice(-MAX_ANOMALY_ROWS).reverse();
-  const rows = shown.map((a) => h("tr", { class: `severity-${a.severity}`, "data-step": a.step },
-    h("td", {}, h("button", { class: "link", title: "Zoom the charts to this step", onclick: () => onPick(a) }, fmtStep(a.step))),
-    h("td", {}, h("span", { class: `badge severity-${a.severity}` }, a.severity)),
-    h("td", {}, a.type),
-    h("td", { class: "message" }, a.message),
-    h("td", { class: "muted" }, a.source)));
+  const rows = shown.map((a) => {
+    const sources = (a.sources || [a.source]).join(" + ");
+    return h("tr", { class: `incident severity-${a.severity}`, "data-step": a.step, "data-type": a.type },
+      h("td", { class: "step" }, h("button", { class: "link", title: "Zoom the charts to this step", onclick: () => onPick(a) }, fmtStep(a.step))),
+      h("td", { class: "what" },
+        h("span", { class: `badge severity-${a.severity}` }, a.severity),
+        h("div", { class: "type" }, a.type),
+        h("div", { class: "sources muted", title: "Found by" }, sources)),
+      h("td", { class: "message" }, a.message));
+  });
   const note = anomalies.length > MAX_ANOMALY_ROWS
     ? h("p", { class: "muted" }, `Latest ${MAX_ANOMALY_ROWS} of ${anomalies.length}.`) : null;
   container.replaceChildren(note || "", h("table", { class: "anomalies" },
-    h("thead", {}, h("tr", {}, ["step", "severity", "type", "message", "source"].map((t) => h("th", {}, t)))),
+    h("colgroup", {}, h("col", { class: "step" }), h("col", { class: "what" }), h("col", { class: "message" })),
+    h("thead", {}, h("tr", {}, ["step", "anomaly · found by", "message"].map((t) => h("th", {}, t)))),
     h("tbody", {}, rows)));
 }
 

@@ -1,10 +1,13 @@
 // The playback view: replay a stored run (or a range of it) at 0.1x to 10x, with
 // pause/resume, speed changes and seeking while it plays; the charts redraw as the
-// records stream in (`/api/monitoring/{job}/playback`).
+// records stream in (`/api/monitoring/{job}/playback`). Like the live view, the
+// charts carry anomaly markers and a side panel lists the anomalies, both only up
+// to the step the playback has reached (a seek backwards takes them away again).
 
-import { api, enc, wsUrl } from "./api.js";
+import { api, enc, wsProtocols, wsUrl } from "./api.js";
 import { ChartBoard } from "./board.js";
 import { fmtStep, h } from "./format.js";
+import { renderAnomalies } from "./panels.js";
 import { Columns } from "./series.js";
 
 export class PlaybackView {
@@ -16,6 +19,8 @@ export class PlaybackView {
     this.info = null;
     this.columns = new Columns();
     this.board = new ChartBoard({ syncKey: `playback:${jobId}` });
+    this.anomalies = new StepAnomalies();
+    this.shownAnomalies = null;
   }
 
   async start() {
@@ -31,6 +36,8 @@ export class PlaybackView {
     this.fill = h("div", { class: "progress-fill", style: "width:0%" });
     this.bar = h("div", { class: "progress playback-bar", id: "playback-progress", title: "Click to seek", onclick: (e) => this.seekToClick(e) }, this.fill);
     this.position = h("span", { class: "muted", id: "playback-position" }, "");
+    this.anomalyPanel = h("div", { class: "panel-body", id: "anomalies-panel" });
+    this.anomalyCount = h("span", { class: "count", id: "anomaly-count" }, "0");
     const speedControl = h("label", { class: "control" }, "Speed ×", this.speedInput,
       h("button", { onclick: () => this.send({ action: "speed", value: Number(this.speedInput.value) }) }, "Set"));
     this.root.replaceChildren(
@@ -45,7 +52,11 @@ export class PlaybackView {
           h("button", { onclick: () => this.seek(Number(this.seekInput.value)) }, "Go")),
         this.board.controls),
       h("div", { class: "playback-progress" }, this.bar, this.state, this.position),
-      this.board.root);
+      h("div", { class: "run-layout" },
+        h("div", { class: "run-main" }, this.board.root),
+        h("aside", { class: "run-side" },
+          h("section", { class: "panel" }, h("h2", {}, "Anomalies so far ", this.anomalyCount), this.anomalyPanel))));
+    this.showAnomalies();
   }
 
   stop() {
@@ -63,10 +74,15 @@ export class PlaybackView {
     this.closeSocket();
     this.columns = new Columns();
     this.board.setColumns(this.columns);
+    this.showAnomalies();
+    this.loadAnomalies();
     const params = { speed: this.speedInput.value || "1" };
     if (this.startInput.value !== "") params.start_step = this.startInput.value;
     if (this.endInput.value !== "") params.end_step = this.endInput.value;
-    const socket = new WebSocket(wsUrl(`/monitoring/${enc(this.jobId)}/playback`, params));
+    const socket = new WebSocket(
+      wsUrl(`/monitoring/${enc(this.jobId)}/playback`, params),
+      wsProtocols(),
+    );
     this.socket = socket;
     this.paused = false;
     this.setState("starting");
@@ -118,7 +134,11 @@ export class PlaybackView {
       this.columns = this.columns.slice(null, record.step - 1);
     }
     if (!message.truncated) this.columns.appendRecord(record);
+    for (const anomaly of record.anomalies || []) {
+      this.anomalies.add({ ...anomaly, step: record.step, source: "callback" });
+    }
     this.board.setColumns(this.columns);
+    this.showAnomalies();
     this.showProgress(message.progress, message.current_index + 1, message.total, record.step);
   }
 
@@ -146,7 +166,30 @@ export class PlaybackView {
     if (!Number.isFinite(step)) return;
     this.columns = this.columns.slice(null, step - 1);
     this.board.setColumns(this.columns);
+    this.showAnomalies();
     this.send({ action: "seek", step: Math.round(step) });
+  }
+
+  /** The job's stored anomalies (platform and callback); shown as the playback reaches them. */
+  async loadAnomalies() {
+    try {
+      const body = await api(`/monitoring/${enc(this.jobId)}/metrics/anomalies`);
+      for (const anomaly of body.anomalies) this.anomalies.add(anomaly);
+    } catch {
+      return; // the records' own anomalies still show
+    }
+    this.showAnomalies();
+  }
+
+  /** Markers and list: the anomalies up to the last step played, redrawn only on change. */
+  showAnomalies() {
+    const reached = this.anomalies.upTo(this.columns.lastStep);
+    const shown = `${this.anomalies.version}:${reached.length}`;
+    if (shown === this.shownAnomalies) return;
+    this.shownAnomalies = shown;
+    this.anomalyCount.textContent = String(reached.length);
+    renderAnomalies(this.anomalyPanel, reached, (a) => this.board.zoom([Math.max(0, a.step - 20), a.step + 20]));
+    this.board.setAnomalies(reached);
   }
 
   seekToClick(event) {
@@ -155,5 +198,32 @@ export class PlaybackView {
     const fraction = Math.min(1, Math.max(0, (event.clientX - box.left) / box.width));
     const { start_step: lo, end_step: hi } = this.info;
     this.seek(Math.round(lo + fraction * (hi - lo)));
+  }
+}
+
+/** A run's anomalies in step order, each incident once (by step and type). */
+class StepAnomalies {
+  constructor() {
+    this.list = [];
+    this.keys = new Set();
+    this.version = 0; // bumped on every addition, so a view knows to redraw
+  }
+
+  add(anomaly) {
+    const key = `${anomaly.step}|${anomaly.type}`; // the API lists one incident per (step, type)
+    if (this.keys.has(key)) return;
+    this.keys.add(key);
+    this.version += 1;
+    let at = this.list.length;
+    while (at > 0 && this.list[at - 1].step > anomaly.step) at -= 1;
+    this.list.splice(at, 0, anomaly);
+  }
+
+  /** Those at or before `step` (none before the first step is played). */
+  upTo(step) {
+    if (step === null) return [];
+    let end = this.list.length;
+    while (end > 0 && this.list[end - 1].step > step) end -= 1;
+    return this.list.slice(0, end);
   }
 }

@@ -5,6 +5,12 @@
 // fetches the visible range again at full fidelity (exact once few enough steps are
 // visible). When the live tail outgrows the point budget, the overview is fetched
 // again in the background, so a run that goes on for days stays light.
+//
+// A page opened the moment a run was started, before its metrics file exists, waits:
+// the live socket for a job not known yet stays open (server side, bounded) and says
+// "waiting"; its first status message means the job exists, and the page loads as
+// usual, no reload. Until the first record, "Waiting for the first step" stands
+// where the charts will be.
 
 import { api, enc } from "./api.js";
 import { ChartBoard } from "./board.js";
@@ -12,7 +18,7 @@ import {
   debounce, fmtAgo, fmtStep, fmtTime, frameThrottle, h, progressBar, statusBadge,
 } from "./format.js";
 import { LiveStream } from "./live.js";
-import { renderAnomalies, renderArtifacts, renderStatus } from "./panels.js";
+import { mergeIncident, renderAnomalies, renderArtifacts, renderStatus } from "./panels.js";
 import { Columns } from "./series.js";
 
 const JOB_REFRESH_MS = 5000;
@@ -32,8 +38,10 @@ export class RunView {
     this.live = new Columns();
     this.detail = null;
     this.range = null;
-    this.anomalies = [];
-    this.anomalyKeys = new Set();
+    this.anomalies = []; // incidents: one per (step, type), every source named
+    this.incidents = new Map();
+    this.probe = null;
+    this.stopped = false;
     this.job = null;
     this.stream = null;
     this.timers = [];
@@ -50,6 +58,8 @@ export class RunView {
 
   async start() {
     this.layout();
+    if (!(await this.isListed()) && !(await this.waitForJob())) return;
+    if (this.stopped) return;
     const [job] = await Promise.all([
       api(`/jobs/${enc(this.jobId)}`),
       this.loadAnomalies(),
@@ -66,7 +76,48 @@ export class RunView {
     this.timers.push(setInterval(() => this.refreshJob(), JOB_REFRESH_MS));
   }
 
+  /** Asked through the list, not `/jobs/{id}`: a job that does not exist yet is not an error. */
+  async isListed() {
+    const body = await api("/jobs");
+    return body.jobs.some((job) => job.job_id === this.jobId);
+  }
+
+  /** Resolves true once the job exists, false when the server gave up on it (told). */
+  waitForJob() {
+    this.header.replaceChildren(h("h1", {}, this.jobId), statusBadge("waiting"));
+    this.showWaiting(true, "Waiting for the first step: the run has not written its metrics yet…");
+    return new Promise((resolve) => {
+      const probe = new LiveStream(this.jobId, {
+        sinceStep: () => null,
+        onMessage: (message) => {
+          if (message.type !== "status") return;
+          probe.stop(); // the real stream starts from the loaded history
+          this.probe = null;
+          resolve(true);
+        },
+        onState: (state, detail) => {
+          this.setConnection(state, detail);
+          if (state !== "refused" && state !== "closed") return;
+          this.probe = null;
+          this.showWaiting(false);
+          this.header.append(h("p", { class: "error-text", id: "job-missing" },
+            detail || `No run ${this.jobId}.`));
+          resolve(false);
+        },
+      });
+      this.probe = probe;
+      probe.start();
+    });
+  }
+
+  showWaiting(waiting, text = "Waiting for the first step…") {
+    this.waitingNote.hidden = !waiting;
+    if (waiting) this.waitingNote.textContent = text;
+  }
+
   stop() {
+    this.stopped = true;
+    if (this.probe) this.probe.stop();
     if (this.stream) this.stream.stop();
     for (const timer of this.timers) clearInterval(timer);
     this.board.destroy();
@@ -79,6 +130,7 @@ export class RunView {
     this.statusPanel = h("div", { class: "panel-body", id: "status-panel" });
     this.anomalyPanel = h("div", { class: "panel-body", id: "anomalies-panel" });
     this.artifactsPanel = h("div", { class: "panel-body", id: "artifacts-panel" }, h("p", { class: "muted" }, "Loading…"));
+    this.waitingNote = h("p", { class: "waiting-note", id: "waiting-note", hidden: true });
     const toolbar = h("div", { class: "toolbar" },
       this.board.controls,
       h("span", { class: "control" }, this.zoomLabel,
@@ -88,7 +140,7 @@ export class RunView {
       this.header,
       toolbar,
       h("div", { class: "run-layout" },
-        h("div", { class: "run-main" }, this.board.root),
+        h("div", { class: "run-main" }, this.waitingNote, this.board.root),
         h("aside", { class: "run-side" },
           h("section", { class: "panel" }, h("h2", {}, "Status"), this.statusPanel),
           h("section", { class: "panel" }, h("h2", {}, "Anomalies ", h("span", { class: "count", id: "anomaly-count" }, "0")), this.anomalyPanel),
@@ -101,7 +153,7 @@ export class RunView {
     const current = Math.max(job.current_step ?? -1, lastStep ?? -1);
     this.header.replaceChildren(
       h("h1", {}, job.job_id), statusBadge(job.status),
-      progressBar(current < 0 ? null : current, job.total_steps),
+      progressBar(current < 0 ? null : current, job.total_steps, job.status),
       h("span", { class: "muted", title: fmtTime(job.updated_at) }, `updated ${fmtAgo(job.updated_at)}`),
       this.anomalies.length
         ? h("span", { class: "badge anomaly-badge" }, `${this.anomalies.length} anomalies`) : "");
@@ -122,11 +174,17 @@ export class RunView {
     this.showAnomalies();
   }
 
+  /** One incident per (step, type): a second source of the same one is merged into it. */
   addAnomaly(anomaly, show = true) {
-    const key = `${anomaly.step}|${anomaly.type}|${anomaly.source}`;
-    if (this.anomalyKeys.has(key)) return;
-    this.anomalyKeys.add(key);
-    this.anomalies.push(anomaly);
+    const key = `${anomaly.step}|${anomaly.type}`;
+    const known = this.incidents.get(key);
+    if (known) {
+      if (!mergeIncident(known, anomaly)) return;
+    } else {
+      const incident = { ...anomaly, sources: [...(anomaly.sources || [anomaly.source])] };
+      this.incidents.set(key, incident);
+      this.anomalies.push(incident);
+    }
     if (show) this.showAnomalies();
   }
 
@@ -271,6 +329,7 @@ export class RunView {
       columns = this.overview.concat(this.live);
     }
     this.board.setColumns(columns);
+    this.showWaiting(this.lastStep() === null);
     this.redrawHeader();
   }
 }

@@ -1,0 +1,134 @@
+"""The command line: known errors are one line and a non-zero exit; `--help` shows defaults."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from training_platform.callbacks.wire import build_record, encode_record
+from training_platform.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def assert_one_line_error(code: int, stderr: str, *expected: str) -> None:
+    assert code == 1
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    for text in expected:
+        assert text in lines[0]
+
+
+def test_sync_of_an_unknown_job_is_one_line_and_exit_1(database_url: str, tmp_path: Path) -> None:
+    code, _, stderr = run(
+        "sync", "nosuch-job", "--database-url", database_url, "--metrics-dir", str(tmp_path)
+    )
+    assert_one_line_error(code, stderr, "job 'nosuch-job' not found")
+
+
+def test_sync_of_a_missing_metrics_dir_fails_instead_of_doing_nothing(
+    database_url: str, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nonexistent"
+    code, stdout, stderr = run(
+        "sync", "--metrics-dir", str(missing), "--database-url", database_url
+    )
+    assert_one_line_error(code, stderr, "metrics directory", str(missing), "does not exist")
+    assert stdout == ""
+
+
+def test_sync_ingests_and_says_so(database_url: str, metrics_dir: Path) -> None:
+    with (metrics_dir / "run1_metrics.jsonl").open("wb") as handle:
+        for step in range(3):
+            handle.write(encode_record(build_record(step, {"loss": 1.0}, timestamp=1.0)))
+    code, stdout, _ = run("sync", "--metrics-dir", str(metrics_dir), "--database-url", database_url)
+    assert code == 0
+    assert stdout.startswith("run1: 3 new records")
+
+
+def test_sync_with_no_jobs_at_all_says_so(database_url: str, metrics_dir: Path) -> None:
+    code, stdout, _ = run("sync", "--metrics-dir", str(metrics_dir), "--database-url", database_url)
+    assert code == 0
+    assert stdout.startswith("no jobs")
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("notaurl", "bad database URL 'notaurl'"),
+        ("nosuchdialect://x/y", "bad database URL"),
+        ("mysql://user@host/db", "driver is not installed"),
+        ("postgresql+psycopg://postgres@127.0.0.1:1/x", "cannot use the database at"),
+    ],
+)
+def test_migrate_with_a_bad_or_unreachable_database_is_one_line(url: str, expected: str) -> None:
+    code, _, stderr = run("migrate", "--database-url", url)
+    assert_one_line_error(code, stderr, expected)
+
+
+def test_an_unreachable_database_hides_its_password() -> None:
+    code, _, stderr = run(
+        "migrate", "--database-url", "postgresql+psycopg://alice:hunter2@127.0.0.1:1/x"
+    )
+    assert_one_line_error(code, stderr, "127.0.0.1")
+    assert "hunter2" not in stderr
+
+
+def test_sync_of_an_invalid_job_id_is_one_line(database_url: str, tmp_path: Path) -> None:
+    code, _, stderr = run(
+        "sync", "../etc", "--database-url", database_url, "--metrics-dir", str(tmp_path)
+    )
+    assert_one_line_error(code, stderr, "invalid job_id")
+
+
+def test_an_invalid_setting_is_one_line() -> None:
+    code, _, stderr = run("serve", "--port", "70000")
+    assert_one_line_error(code, stderr, "PLATFORM_PORT")
+
+
+def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "training_platform", "migrate", "--database-url", "notaurl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 1
+    assert completed.stderr.strip().splitlines() == [
+        "error: bad database URL 'notaurl': Could not parse SQLAlchemy URL from given URL string"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "defaults"),
+    [
+        ("serve", ["127.0.0.1", "8000", "platform_metrics", "sqlite:///./training_platform.db"]),
+        ("sync", ["platform_metrics", "sqlite:///./training_platform.db"]),
+        ("migrate", ["sqlite:///./training_platform.db"]),
+    ],
+)
+def test_help_shows_the_defaults(command: str, defaults: list[str]) -> None:
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for default in defaults:
+        assert "[default:" in result.stdout
+        assert default in result.stdout, (default, result.stdout)
+
+
+def test_serve_with_an_unreachable_database_is_one_line_before_starting() -> None:
+    code, stdout, stderr = run(
+        "serve", "--database-url", "postgresql+psycopg://postgres@127.0.0.1:1/x", "--port", "0"
+    )
+    assert_one_line_error(code, stderr, "cannot use the database at")
+    assert "Uvicorn running" not in stdout + stderr

@@ -1,0 +1,131 @@
+"""What the training thread does with one step's metrics before handing them on.
+
+`merge_metrics` snapshots a trainer's metrics into plain Python numbers (the
+trainer may reuse a tensor in place once the hook returns), reduces what has
+one sensible scalar (a 0-d or one-element tensor or array, a numpy scalar, a
+one-element list) and drops what has none (a string, a multi-element tensor),
+logging one warning per key. It also tells the caller whether the step holds
+a NaN or an infinity, so that the callback can put that anomaly on disk before
+the hook returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Mapping
+from typing import Any, Final
+
+from training_platform.callbacks.wire import to_scalar
+
+logger = logging.getLogger(__name__)
+
+_PLAIN: Final = frozenset((float, int))
+# Strings that are numbers in the wire format (what Python's json writes for
+# non-finite floats); every other string is not a metric.
+_NUMBER_SPELLINGS: Final = frozenset(("NaN", "Infinity", "-Infinity"))
+_DROP: Final = object()
+
+
+class OpenStep:
+    """Metrics gathered for a step that has not been written yet."""
+
+    __slots__ = ("alarming", "anomalies", "ended_at", "metrics", "step")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.metrics: dict[str, Any] = {}
+        self.anomalies: list[Mapping[str, Any]] = []
+        self.ended_at: float | None = None
+        # A NaN/Inf value or an explicit anomaly: the step is written before
+        # the hook returns, so the status file says so at once.
+        self.alarming = False
+
+
+def scalar_value(value: Any) -> Any:
+    """`value` as a metric: a Python number, bool or None, or `_DROP` when it
+    has no single sensible number (a string, a tensor of several elements)."""
+    kind = type(value)
+    if kind is float or kind is int or kind is bool or value is None:
+        return value
+    if kind is str:
+        return value if value in _NUMBER_SPELLINGS else _DROP
+    scalar = to_scalar(value)  # `.item()`: numpy scalars, 0-d/one-element tensors and arrays
+    if scalar is not value:
+        return scalar if type(scalar) in (float, int, bool) else _DROP
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        return scalar_value(value[0])
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return _DROP
+
+
+def _is_nonfinite(value: Any) -> bool:
+    return type(value) is float and value - value != 0.0  # NaN or +-Inf, without a call
+
+
+class MetricsMerger:
+    """Merges metrics into a step, warning once per key about dropped values."""
+
+    __slots__ = ("_dropped", "job_id")
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self._dropped: set[str] = set()
+
+    def merge(self, into: OpenStep, metrics: Mapping[str, Any]) -> None:
+        """Copy `metrics` into `into`: groups merge field by field, values become
+        plain numbers now, and an ``"anomalies"`` list goes to its anomalies."""
+        target = into.metrics
+        values = metrics.values()
+        if _PLAIN.issuperset(map(type, values)):  # the common case, in C
+            target.update(metrics)
+            try:
+                total = sum(values)
+                into.alarming |= total - total != 0.0  # some value is NaN or +-Inf
+            except OverflowError:  # an int beyond a float: rare, look closer
+                into.alarming |= any(map(_is_nonfinite, values))
+            return
+        for key, value in metrics.items():
+            kind = type(value)
+            if kind is float or kind is int:
+                target[key] = value
+                into.alarming |= _is_nonfinite(value)
+            elif isinstance(value, Mapping):
+                group = target.get(key)
+                if type(group) is not dict:
+                    group = target[key] = {}
+                for name, item in value.items():
+                    self._put(group, name, item, f"{key}.{name}", into)
+            elif key == "anomalies" and isinstance(value, list):
+                found = [a for a in value if isinstance(a, Mapping)]
+                into.anomalies.extend(found)
+                into.alarming |= bool(found)
+            else:
+                self._put(target, key, value, key, into)
+
+    def _put(
+        self, target: dict[str, Any], name: str, value: Any, label: str, into: OpenStep
+    ) -> None:
+        scalar = value if type(value) is float else scalar_value(value)
+        if scalar is _DROP:
+            if label not in self._dropped:
+                self._dropped.add(label)
+                logger.warning(
+                    "job %s: metric %r dropped: %s is not one number (a string, or a tensor "
+                    "of several elements); further values of this key are dropped silently",
+                    self.job_id,
+                    label,
+                    _describe_value(value),
+                )
+            return
+        target[name] = scalar
+        into.alarming |= _is_nonfinite(scalar)
+
+
+def _describe_value(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__} of shape {tuple(shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
