@@ -16,11 +16,14 @@ import math
 import random
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.callbacks.helpers import read_records
 from tests.callbacks.loss_streams import STREAMS, Fault, frozen, metrics_stream, spike, stalled
+from training_platform.callbacks import PlatformCallback
 from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
 from training_platform.callbacks.detector_windows import (
     RecentMedian,
@@ -361,3 +364,48 @@ def test_entropy_and_gradient_quiet_paths_find_what_the_rules_find(seed: int) ->
     # Not vacuous: both rules fire where the stream logs their values.
     assert ("entropy_collapse" in kinds) == (stream.name != "hf_sft")  # no entropy there
     assert ("gradient_explosion" in kinds) == (stream.name != "trl_ppo")  # no grad norm
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_callback_scans_for_nan_only_steps_not_known_finite(
+    tmp_path: Path, background: bool
+) -> None:
+    """The training thread already knows a step of plain finite floats is
+    finite: the writer skips its NaN/Inf scan for it, and still runs it (and
+    finds the NaN) for any other step."""
+    callback = PlatformCallback("run-nan", tmp_path, background=background)
+    monitor = callback.monitor
+    assert monitor is not None
+    scan = monitor.detectors[0]
+    assert isinstance(scan, NonFiniteDetector)
+    scanned: list[int] = []
+    nonfinite: list[int] = []
+    evaluate = scan.evaluate
+
+    def counting(step: int, record: Any) -> Any:
+        scanned.append(step)
+        found = evaluate(step, record)
+        if found is not None:
+            nonfinite.append(step)
+        return found
+
+    scan.evaluate = counting  # type: ignore[method-assign]
+    callback.on_train_begin(10)
+    for step in range(10):
+        metrics: dict[str, Any] = {"actor/pg_loss": 0.1 + 0.01 * step, "actor/grad_norm": 1.0}
+        if step == 4:
+            metrics["actor/grad_norm"] = math.nan
+        if step == 6:
+            metrics["timing_s/gen"] = 3  # an int within a float: known finite
+        if step == 7:
+            metrics["timing_s/gen"] = 10**400  # an inf in the record: scanned
+        if step == 8:
+            metrics["critic/vf_loss"] = "Infinity"  # a spelling of a number: scanned
+        callback.on_step_begin(step)
+        callback.on_step_end(step, metrics)
+    callback.on_train_end()
+    assert scanned == [4, 7, 8]
+    assert nonfinite == [4, 7, 8]
+    records = read_records(tmp_path / "run-nan_metrics.jsonl")
+    flagged = [r["step"] for r in records if r.get("anomalies")]
+    assert flagged == [4]  # one incident: 7 and 8 are within its cooldown

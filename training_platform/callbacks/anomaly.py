@@ -137,13 +137,21 @@ class AnomalyMonitor:
         ]
         self._reported: set[tuple[int, str]] = set()
 
-    def check(self, record: Mapping[str, Any]) -> list[Anomaly]:
-        """The anomalies `record` raises (usually none). Never raises on odd input."""
+    def check(self, record: Mapping[str, Any], *, finite: bool = False) -> list[Anomaly]:
+        """The anomalies `record` raises (usually none). Never raises on odd input.
+
+        `finite`: the caller knows every number of the record is finite (the
+        callback's training thread checked it while merging the metrics), so
+        the NaN/Inf scan, stateless, is skipped: it would find nothing.
+        """
         step = record.get("step")
         if type(step) is not int:
             step = _as_step(step)
         found: list[Anomaly] = []
-        for detector in self.detectors:
+        detectors = self.detectors
+        if finite and detectors and type(detectors[0]) is NonFiniteDetector:
+            detectors = detectors[1:]  # `DETECTORS` lists it first
+        for detector in detectors:
             try:
                 # `evaluate`, then `alert` only on a finding: `Detector.check`
                 # in two, saving a call per detector on the quiet path.

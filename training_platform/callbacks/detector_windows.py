@@ -179,7 +179,8 @@ class SpikeScale:
     """
 
     __slots__ = (
-        "_known", "_noise", "_recent", "_snapshot", "every", "level", "seen", "stale", "values",
+        "_known", "_noise", "_recent", "_snapshot", "every", "level", "quiet_below", "seen",
+        "stale", "values",
     )  # fmt: skip
 
     def __init__(self, size: int, recent: int, known: int) -> None:
@@ -190,6 +191,8 @@ class SpikeScale:
         self.stale = self.every  # appends since the last refresh
         self.seen = 0  # finite values observed, spikes and warm-up included
         self.level = 0.0
+        self.quiet_below = math.inf
+        """Set by `LossSpikeDetector`: a value whose magnitude is below this is no spike."""
         self._snapshot: tuple[float, ...] = ()
         self._noise: float | None = None
 

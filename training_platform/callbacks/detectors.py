@@ -228,7 +228,10 @@ class KLExplosionDetector(Detector):
             message = f"kl.mean {kl:.4g} > threshold {config.kl_threshold:g}"
             found = Finding("critical", message, distance=kl - median)
         elif (
-            kl > config.kl_spike_min and len(history) >= config.min_history and history.exceeds(kl)
+            kl > history.quiet_below  # the quiet path: one comparison, no call
+            and kl > config.kl_spike_min
+            and len(history) >= config.min_history
+            and history.exceeds(kl)
         ):
             median = history.median()
             times = kl / median if median > 0 else math.inf
@@ -250,6 +253,11 @@ class GradientExplosionDetector(Detector):
             name: RecentMedian(config.window, config.min_history, config.grad_spike_factor)
             for name in self._FIELDS
         }
+        self._histories = tuple(self._history.items())
+        # A norm below this is under the hard limit (inf: only an infinite
+        # norm is critical).
+        limit = config.grad_norm_limit
+        self._quiet_limit = math.inf if limit is None else limit
 
     def evaluate(self, step: int, record: Mapping[str, Any]) -> list[Finding] | None:
         gradients = record.get("gradient")
@@ -257,15 +265,19 @@ class GradientExplosionDetector(Detector):
             return None
         config = self.config
         found: list[Finding] | None = None
-        for name in self._FIELDS:
+        for name, history in self._histories:
             norm = gradients.get(name)
             if type(norm) is not float:
                 norm = _as_float(norm)
                 if norm is None:
                     continue
+            # The quiet path: below the hard limit and the spike bound, a
+            # finite norm only joins the window (NaN fails both comparisons).
+            if norm < self._quiet_limit and norm <= history.quiet_below:
+                history.append(norm)
+                continue
             if norm != norm:  # NaN: the nan_inf detector's case
                 continue
-            history = self._history[name]
             finding: Finding | None = None
             if norm == math.inf or (
                 config.grad_norm_limit is not None and norm > config.grad_norm_limit
@@ -301,10 +313,14 @@ class EntropyCollapseDetector(Detector):
         self._early: list[float] = []
         self._baseline: float | None = None
         self._limit = -math.inf  # below this, entropy fell too far; set with the baseline
+        # Once the baseline is set: at least this, neither rule can hold.
+        self._quiet_from = math.inf
 
     def evaluate(self, step: int, record: Mapping[str, Any]) -> Finding | None:
         entropy = _extra(record, ENTROPY_KEYS)
         if entropy is None or entropy - entropy != 0.0:  # missing, NaN or Inf
+            return None
+        if entropy >= self._quiet_from:  # the quiet path: one comparison
             return None
         config = self.config
         if self._baseline is None:
@@ -313,6 +329,7 @@ class EntropyCollapseDetector(Detector):
                 baseline = self._baseline = sorted(self._early)[len(self._early) // 2]
                 if baseline > 0:
                     self._limit = (1.0 - config.entropy_drop_fraction) * baseline
+                self._quiet_from = max(config.entropy_floor, self._limit)
         if entropy < config.entropy_floor:
             return Finding("warning", f"entropy {entropy:.4g} < floor {config.entropy_floor:g}")
         if entropy < self._limit:

@@ -113,23 +113,27 @@ class LossSpikeDetector(Detector):
             scale.seen += 1
             if scale.seen <= config.loss_spike_warmup:
                 continue  # early losses are large and falling: not a scale to judge by
-            if len(scale.values) >= config.min_history:
+            # The quiet path, one comparison: below the floor or the level's
+            # share of the threshold (`quiet_below`), no noise is needed to
+            # know it is no spike; inf until `min_history` values are in.
+            if abs(loss) >= scale.quiet_below:
                 size = abs(loss)
                 level = abs(scale.level)
-                # The quiet path: below the floor or the level's share of the
-                # threshold, no noise is needed to know it is no spike.
-                if size >= config.loss_spike_min and size >= self._level_factor * level:
-                    typical = max(level, scale.noise())
-                    if size >= config.loss_spike_factor * typical:
-                        found = self._spike(found, name, loss, typical, len(scale))
-                        # A spike is not folded into the scale: the next value
-                        # is judged against the healthy magnitude, not the spike.
-                        continue
+                typical = max(level, scale.noise())
+                if size >= config.loss_spike_factor * typical:
+                    found = self._spike(found, name, loss, typical, len(scale))
+                    # A spike is not folded into the scale: the next value
+                    # is judged against the healthy magnitude, not the spike.
+                    continue
             # `scale.append(loss)`, inlined: this runs per loss per step.
             scale.values.append(loss)
             scale.stale += 1
             if scale.stale >= scale.every:
                 scale.refresh()
+                if len(scale.values) >= config.min_history:  # refreshed: a level is in
+                    scale.quiet_below = max(
+                        config.loss_spike_min, self._level_factor * abs(scale.level)
+                    )
         return found
 
     @staticmethod
@@ -191,6 +195,10 @@ class LossPlateauDetector(Detector):
         self._every = max(1, self._block // 5)
         self._trend_every = max(1, config.window // 10)
         self._progress = {name: _Progress(config.window, self._block) for name in LOSS_FIELDS}
+        # Config values read per loss per step, as attributes of this object.
+        self._min_delta = config.loss_min_delta
+        self._patience = config.loss_patience
+        self._moved = _MOVED_FACTOR * config.loss_min_delta
 
     def evaluate(self, step: int, record: Mapping[str, Any]) -> list[Finding] | None:
         losses = record.get("loss")
@@ -211,7 +219,6 @@ class LossPlateauDetector(Detector):
         return found
 
     def _observe(self, progress: _Progress, name: str, loss: float) -> Finding | None:
-        config = self.config
         if progress.trending:
             if progress.early_level is None:
                 self._follow_early(progress, loss)  # the first `window` values
@@ -233,12 +240,14 @@ class LossPlateauDetector(Detector):
             low = loss
         elif loss > high:
             high = loss
-        if progress.band_steps and high - low <= config.loss_min_delta:
+        band_steps = progress.band_steps
+        if band_steps and high - low <= self._min_delta:
             progress.band_low, progress.band_high = low, high
-            progress.band_steps += 1
+            band_steps += 1
         else:
             progress.band_low = progress.band_high = loss
-            progress.band_steps = 1
+            band_steps = 1
+        progress.band_steps = band_steps
         if loss < progress.low:
             progress.low = loss
         if loss > progress.high:
@@ -264,10 +273,8 @@ class LossPlateauDetector(Detector):
                 if stalled is not None:
                     return stalled
         # Patience steps after its first, having moved before (the cheap test first).
-        if (
-            progress.band_steps > config.loss_patience
-            and progress.high - progress.low > _MOVED_FACTOR * config.loss_min_delta
-        ):
+        if band_steps > self._patience and progress.high - progress.low > self._moved:
+            config = self.config
             return Finding(
                 "warning",
                 (

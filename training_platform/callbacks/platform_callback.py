@@ -316,16 +316,8 @@ class PlatformCallback(Callback):
             open_step.finite &= type(self._epoch) is int and abs(self._epoch) < 2**63
         self._last = open_step
         # `finite`: the writer may skip its NaN/Inf scan (see `OpenStep.finite`).
-        self._submit(
-            (
-                "step",
-                open_step.step,
-                open_step.metrics,
-                open_step.ended_at,
-                open_step.anomalies,
-                open_step.finite,
-            )
-        )
+        done = open_step
+        self._submit(("step", done.step, done.metrics, done.ended_at, done.anomalies, done.finite))
         if open_step.alarming:
             # NaN/Inf or an explicit anomaly (rare): wait until the writer has
             # checked and written this step, so that the status file says

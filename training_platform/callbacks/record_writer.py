@@ -4,7 +4,9 @@
 one thread at a time: inline (`InlineSink`) or by a background thread
 (`ThreadSink`). Commands are plain tuples:
 
-- ``("step", step, metrics, timestamp, anomalies)``: build, check, write a line;
+- ``("step", step, metrics, timestamp, anomalies, finite)``: build, check, write
+  a line (`finite`: the training thread saw every value finite, so the
+  detectors skip their NaN/Inf scan);
 - ``("amend", step, metrics, timestamp, anomalies)``: rewrite a written step
   with late metrics (no detector pass: its anomalies are carried over);
 - ``("fsync",)`` and ``("close",)``.
@@ -128,12 +130,13 @@ class RecordWriter:
         metrics: Mapping[str, Any],
         timestamp: float | None,
         anomalies: list[Mapping[str, Any]],
+        finite: bool = False,
         *,
         detect: bool,
     ) -> None:
         record = build_record(step, metrics, timestamp=timestamp, anomalies=anomalies or None)
         if detect:
-            found = self.monitor.check(record) if self.monitor is not None else []
+            found = self.monitor.check(record, finite=finite) if self.monitor is not None else []
             self._found = (step, found)
         else:
             found = self._found[1] if self._found[0] == step else []

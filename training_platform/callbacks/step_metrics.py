@@ -6,7 +6,8 @@ one sensible scalar (a 0-d or one-element tensor or array, a numpy scalar, a
 one-element list) and drops what has none (a string, a multi-element tensor),
 logging one warning per key. It also tells the caller whether the step holds
 a NaN or an infinity, so that the callback can put that anomaly on disk before
-the hook returns.
+the hook returns, and whether every value is known to be finite, so that the
+writer thread need not scan the record for NaN/Inf a second time.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _DROP: Final = object()
 class OpenStep:
     """Metrics gathered for a step that has not been written yet."""
 
-    __slots__ = ("alarming", "anomalies", "ended_at", "metrics", "step")
+    __slots__ = ("alarming", "anomalies", "ended_at", "finite", "metrics", "step")
 
     def __init__(self, step: int) -> None:
         self.step = step
@@ -40,6 +41,10 @@ class OpenStep:
         # A NaN/Inf value or an explicit anomaly: the step is written before
         # the hook returns, so the status file says so at once.
         self.alarming = False
+        # Every value merged is a float or int known to be finite (also once
+        # `wire` turns an int beyond 64 bits into a float): the writer then
+        # skips its NaN/Inf scan. False whenever that was not checked cheaply.
+        self.finite = True
 
 
 def scalar_value(value: Any) -> Any:
@@ -81,11 +86,19 @@ class MetricsMerger:
         if _PLAIN.issuperset(map(type, values)):  # the common case, in C
             target.update(metrics)
             try:
-                total = sum(values)
-                into.alarming |= total - total != 0.0  # some value is NaN or +-Inf
+                # From 0.0: every int is converted to a float as it is added,
+                # so one too large for a float (inf in the record) raises too.
+                total = sum(values, 0.0)
             except OverflowError:  # an int beyond a float: rare, look closer
                 into.alarming |= any(map(_is_nonfinite, values))
+                into.finite = False
+                return
+            if total - total != 0.0:  # some value is NaN or +-Inf
+                into.alarming = True
+                into.finite = False
             return
+        # Groups, tensors, strings ("NaN" too): the writer scans this record.
+        into.finite = False
         for key, value in metrics.items():
             kind = type(value)
             if kind is float or kind is int:
