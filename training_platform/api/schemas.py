@@ -104,6 +104,8 @@ class JobOut(BaseModel):
 
 
 class JobList(BaseModel):
+    """One page of jobs (`limit`, `offset`); the `X-Total-Count` header has the total."""
+
     jobs: list[JobOut]
 
 

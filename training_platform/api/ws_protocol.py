@@ -25,6 +25,7 @@ import termios
 from typing import Any, Final
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
 
 # How often a closing connection's buffers are looked at while it drains.
 _DRAIN_POLL: Final = 0.1
@@ -131,7 +132,13 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
             bounded.close(linger=min(self.linger, self.ping_timeout or self.linger))
 
     def shutdown(self) -> None:
-        super().shutdown()
+        try:
+            super().shutdown()
+        except InvalidState:
+            # The peer's close frame arrived and ours is not sent yet: uvicorn
+            # starts a second closing handshake, which websockets refuses (and
+            # the server's shutdown would die on). The connection is ending.
+            self.transport.close()
         if (bounded := self._bounded()) is not None:
             bounded.close(linger=min(self.linger, SHUTDOWN_LINGER))
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from sqlalchemy import case, delete, func, select
+from sqlalchemy import ColumnElement, Select, Subquery, case, delete, func, or_, select, true
 from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire import validate_job_id
@@ -100,49 +100,108 @@ def summarize_jobs(
     grouped subqueries, so the jobs list costs the same for 5 jobs or 500.
     `health` keeps only the jobs with that verdict.
     """
-    metrics = (
-        select(
-            TrainingMetric.job_id,
-            func.count().label("n"),
-            func.max(TrainingMetric.step).label("latest"),
+    summaries = _summaries(session, None if job_id is None else [job_id], ORDERS["created"])
+    if health is not None:
+        summaries = [summary for summary in summaries if summary.health == health]
+    return summaries
+
+
+JobOrder = Literal["created", "updated"]
+# Newest first; the job id breaks ties, so pages never overlap or skip a job.
+ORDERS: Final[dict[str, tuple[Any, ...]]] = {
+    "created": (Job.created_at.desc(), Job.job_id),
+    "updated": (func.coalesce(Job.updated_at, Job.created_at).desc(), Job.job_id),
+}
+
+
+def page_jobs(
+    session: Session,
+    *,
+    limit: int,
+    offset: int = 0,
+    health: Health | None = None,
+    order: JobOrder = "created",
+) -> tuple[list[JobSummary], int]:
+    """One page of the jobs list and the number of jobs in the whole list.
+
+    Three statements whatever the number of jobs: the count, the page's ids
+    (jobs table only, plus the anomaly counts when filtering by health), and
+    the summaries of just that page: the per-job metric figures are grouped
+    over the page's jobs, not over every row of every run.
+    """
+    ids = select(Job.job_id)
+    if health is not None:
+        anomalies = _anomaly_counts().subquery()
+        ids = ids.outerjoin(anomalies, anomalies.c.job_id == Job.job_id).where(
+            _health_sql(anomalies) == health
         )
-        .group_by(TrainingMetric.job_id)
-        .subquery()
+    total = session.scalar(select(func.count()).select_from(ids.subquery())) or 0
+    page = list(session.scalars(ids.order_by(*ORDERS[order]).limit(limit).offset(offset)))
+    if not page:
+        return [], total
+    return _summaries(session, page, ORDERS[order]), total
+
+
+def _anomaly_counts() -> Select[str, int, Any, Any]:
+    return select(
+        Anomaly.job_id,
+        func.count().label("n"),
+        func.sum(case((Anomaly.severity == "critical", 1), else_=0)).label("critical"),
+        func.sum(case((Anomaly.severity == "warning", 1), else_=0)).label("warning"),
+    ).group_by(Anomaly.job_id)
+
+
+def _health_sql(anomalies: Subquery) -> ColumnElement[str]:
+    """`job_health` as SQL, so a health filter can page in the database."""
+    return case(
+        (func.coalesce(anomalies.c.critical, 0) > 0, "critical"),
+        (
+            or_(
+                func.coalesce(anomalies.c.warning, 0) > 0,
+                Job.status == STALLED,
+                Job.anomaly_detected == true(),
+            ),
+            "warning",
+        ),
+        else_="ok",
     )
-    anomalies = (
-        select(
-            Anomaly.job_id,
-            func.count().label("n"),
-            func.sum(case((Anomaly.severity == "critical", 1), else_=0)).label("critical"),
-            func.sum(case((Anomaly.severity == "warning", 1), else_=0)).label("warning"),
-        )
-        .group_by(Anomaly.job_id)
-        .subquery()
-    )
+
+
+def _summaries(
+    session: Session, job_ids: list[str] | None, order: tuple[Any, ...]
+) -> list[JobSummary]:
+    """Summaries of `job_ids` (None: every job), in `order`, in one query."""
+    metrics = select(
+        TrainingMetric.job_id,
+        func.count().label("n"),
+        func.max(TrainingMetric.step).label("latest"),
+    ).group_by(TrainingMetric.job_id)
+    anomaly_counts = _anomaly_counts()
+    if job_ids is not None:
+        metrics = metrics.where(TrainingMetric.job_id.in_(job_ids))
+        anomaly_counts = anomaly_counts.where(Anomaly.job_id.in_(job_ids))
+    grouped, anomalies = metrics.subquery(), anomaly_counts.subquery()
     query = (
         select(
             Job,
-            metrics.c.n,
-            metrics.c.latest,
+            grouped.c.n,
+            grouped.c.latest,
             anomalies.c.n,
             anomalies.c.critical,
             anomalies.c.warning,
             SyncState,
         )
-        .outerjoin(metrics, metrics.c.job_id == Job.job_id)
+        .outerjoin(grouped, grouped.c.job_id == Job.job_id)
         .outerjoin(anomalies, anomalies.c.job_id == Job.job_id)
         .outerjoin(SyncState, SyncState.job_id == Job.job_id)
-        .order_by(Job.created_at.desc(), Job.job_id)
+        .order_by(*order)
     )
-    if job_id is not None:
-        query = query.where(Job.job_id == job_id)
-    summaries = [
+    if job_ids is not None:
+        query = query.where(Job.job_id.in_(job_ids))
+    return [
         JobSummary(job, n or 0, latest, n_anomalies or 0, sync, int(critical or 0), int(warn or 0))
         for job, n, latest, n_anomalies, critical, warn, sync in session.execute(query)
     ]
-    if health is not None:
-        summaries = [summary for summary in summaries if summary.health == health]
-    return summaries
 
 
 def discover_jobs(session: Session, metrics_dir: Path) -> list[str]:

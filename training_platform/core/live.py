@@ -326,15 +326,20 @@ class LivePipeline:
             self._prime_stall(session, job)
         self.stall.note_status(job_id, job.updated_at)
         # The status file knows nothing of "stalled": it keeps saying running.
-        if job.status == "running" and self.stall.is_stalled(job_id):
-            logger.warning(
-                "job %s is stalled: its metrics file has not grown for %.0f s",
-                job_id,
-                self.stall.silent_for(job_id) or 0.0,
-            )
-            job.status = STALLED
-        elif job.status == STALLED and not self.stall.is_stalled(job_id):
-            job.status = "running"
+        stalled = False
+        if job.status in ("running", STALLED):
+            stalled = self.stall.is_stalled(job_id)
+            job.status = STALLED if stalled else "running"
+        # Logged at the transitions only, not on every sync of a silent run.
+        if self.stall.report(job_id, stalled=stalled):
+            if stalled:
+                logger.warning(
+                    "job %s is stalled: its metrics file has not grown for %.0f s",
+                    job_id,
+                    self.stall.silent_for(job_id) or 0.0,
+                )
+            else:
+                logger.info("job %s is no longer stalled (now %s)", job_id, job.status)
 
     def status_changed(self, job: Job) -> None:
         status = status_data(job)

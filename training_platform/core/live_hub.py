@@ -4,8 +4,10 @@ One `LiveHub` per server process, created and stopped by the app's lifespan.
 
 - **Noticing.** Local directories are watched with file-system notifications
   (`watchfiles`: inotify/FSEvents/kqueue); every `poll_interval` each local
-  job is synced anyway, which is the fallback where notifications do not
-  work (NFS, some container mounts) and also where new jobs are discovered.
+  job whose files changed since this process last read them (one stat) is
+  synced anyway, which is the fallback where notifications do not work (NFS,
+  some container mounts) and also where new jobs are discovered. A round over
+  unchanged jobs issues no database statement (docs/platform.md).
   SSH jobs have no notifications over SFTP: they are polled every
   `ssh_poll_interval` while running.
 - **Syncing.** Every trigger goes to the job's pump: at most one sync of a
@@ -39,14 +41,20 @@ from watchfiles import awatch
 
 from training_platform.callbacks.wire import JOB_ID_PATTERN
 from training_platform.core.diagnostics import PlatformDiagnostics, anomaly_config
-from training_platform.core.live import JobChannel, LivePipeline, Subscription, status_data
+from training_platform.core.live import (
+    STALLED,
+    JobChannel,
+    LivePipeline,
+    Subscription,
+    status_data,
+)
 from training_platform.core.metrics_query import list_metrics
-from training_platform.core.metrics_reader import METRICS_SUFFIX, STATUS_SUFFIX
+from training_platform.core.metrics_reader import METRICS_SUFFIX, STATUS_SUFFIX, discover_job_ids
 from training_platform.core.models import Job
+from training_platform.core.quiet_rounds import file_signature, status_inodes
 from training_platform.core.stall import StallWatch
 from training_platform.core.sync_service import TERMINAL_STATUSES, SyncService
 from training_platform.core.webhooks import WebhookNotifier
-from training_platform.errors import JobNotFoundError, MetricsSourceError
 from training_platform.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -57,6 +65,19 @@ logger = logging.getLogger(__name__)
 WATCH_STEP_MS: Final = 1
 WATCH_DEBOUNCE_MS: Final = 50
 MAX_STEP: Final = 2**63 - 1
+# The jobs list is kept in memory between rounds and read again from the
+# database when the metrics directory's listing changes, when a job is
+# registered or deleted here, and at least this often (jobs registered through
+# another server process).
+JOB_LIST_MAX_AGE_S: Final = 30.0
+
+
+@dataclass(frozen=True)
+class _KnownJob:
+    job_id: str
+    source: str
+    status: str
+    directory: str | None
 
 
 @dataclass
@@ -86,6 +107,9 @@ class LiveHub:
         self._watched: frozenset[str] = frozenset()
         self._local_jobs: dict[str, set[str]] = {}  # directory -> job ids
         self._last_poll: dict[str, float] = {}
+        self._jobs: list[_KnownJob] = []
+        self._jobs_read_at = -math.inf
+        self._listing: frozenset[str] | None = None  # job ids in metrics_dir last round
         self._stopping = False
 
     @classmethod
@@ -167,6 +191,11 @@ class LiveHub:
             self.pipeline.diagnostics.forget(job_id)
         self.pipeline.channel(job_id).drop_all("job deleted")
         self._last_poll.pop(job_id, None)
+        self.jobs_changed()
+
+    def jobs_changed(self) -> None:
+        """A job was registered or deleted: the next round reads the jobs list again."""
+        self._jobs_read_at = -math.inf
 
     # -- triggering --------------------------------------------------------------
 
@@ -183,12 +212,7 @@ class LiveHub:
         try:
             while pump.dirty and not self._stopping:
                 pump.dirty = False
-                try:
-                    await to_thread.run_sync(self.service.sync_job, job_id)
-                except (MetricsSourceError, JobNotFoundError) as exc:
-                    logger.debug("background sync of %s skipped: %s", job_id, exc)
-                except Exception:
-                    logger.exception("background sync of %s failed", job_id)
+                await to_thread.run_sync(self.service.sync_in_background, job_id)
         finally:
             pump.task = None
 
@@ -196,48 +220,109 @@ class LiveHub:
         tick = min(self.settings.poll_interval, self.settings.ssh_poll_interval)
         while True:
             try:
-                await self._poll_round()
+                await self.poll_round()
             except Exception:
                 logger.exception("background poll round failed")
             await asyncio.sleep(tick)
 
-    async def _poll_round(self) -> None:
+    async def poll_round(self) -> None:
+        """Sync the jobs that are due; an idle round costs no database statement.
+
+        SSH jobs: every `ssh_poll_interval` while running. Local jobs: every
+        `poll_interval`, only those whose files changed since this process
+        last read them (one `os.stat` each, the status file's inode from one
+        directory listing) or whose stall verdict is about to flip; a finished
+        job is left to the watcher while there is one.
+        """
         now = time.monotonic()
         local_due = now - self._last_poll.get("", -math.inf) >= self.settings.poll_interval
         if local_due:
             self._last_poll[""] = now
-        jobs = await to_thread.run_sync(self._list_jobs, local_due)
         watching = self._watcher is not None and not self._watcher.done()
+        jobs, due = await to_thread.run_sync(self._due_jobs, local_due, watching)
         local: dict[str, set[str]] = {}
-        for job_id, source, status, directory in jobs:
-            if source == "ssh":
+        for job in jobs:
+            if job.source == "ssh":
                 # A finished SSH run costs a round trip per poll for nothing.
-                if status in TERMINAL_STATUSES:
+                if self._status(job) in TERMINAL_STATUSES:
                     continue
-                if now - self._last_poll.get(job_id, -math.inf) < self.settings.ssh_poll_interval:
+                if (
+                    now - self._last_poll.get(job.job_id, -math.inf)
+                    < self.settings.ssh_poll_interval
+                ):
                     continue
-                self._last_poll[job_id] = now
-                self.request_sync(job_id)
-            elif directory:
-                local.setdefault(directory, set()).add(job_id)
-                # Polling is the fallback for running jobs (notifications can be
-                # lost); a finished job's file only changes if a run restarts,
-                # which the watcher sees, so it is polled only without one.
-                if local_due and not (watching and status in TERMINAL_STATUSES):
-                    self.request_sync(job_id)
+                self._last_poll[job.job_id] = now
+                self.request_sync(job.job_id)
+            elif job.directory:
+                local.setdefault(job.directory, set()).add(job.job_id)
+        for job_id in due:
+            self.request_sync(job_id)
         self._local_jobs = local
         if self.settings.watch_files:
             self._ensure_watcher(frozenset([*local, self._metrics_dir()]))
 
-    def _list_jobs(self, discover: bool) -> list[tuple[str, str, str, str | None]]:
-        if discover:
-            try:
-                self.service.discover()
-            except Exception:
-                logger.exception("job discovery in %s failed", self.settings.metrics_dir)
-        with self._factory() as session:
-            rows = session.execute(select(Job.job_id, Job.source, Job.status, Job.metrics_dir))
-            return [tuple(row) for row in rows]  # type: ignore[misc]
+    async def wait_for_syncs(self) -> None:
+        """Until no sync is running or queued (tests, shutdown checks)."""
+        while tasks := [pump.task for pump in self._pumps.values() if pump.task is not None]:
+            await asyncio.wait(tasks)
+
+    def _status(self, job: _KnownJob) -> str:
+        return self.service.known_status(job.job_id) or job.status
+
+    def _due_jobs(self, local_due: bool, watching: bool) -> tuple[list[_KnownJob], list[str]]:
+        """The known jobs, and the local ones due for a sync (worker thread)."""
+        if local_due:
+            self._discover()
+        if time.monotonic() - self._jobs_read_at >= JOB_LIST_MAX_AGE_S:
+            self._jobs_read_at = time.monotonic()
+            with self._factory() as session:
+                rows = session.execute(select(Job.job_id, Job.source, Job.status, Job.metrics_dir))
+                self._jobs = [_KnownJob(*row) for row in rows]
+        if not local_due:
+            return self._jobs, []
+        by_directory: dict[str, list[_KnownJob]] = {}
+        for job in self._jobs:
+            if job.source != "ssh" and job.directory:
+                by_directory.setdefault(job.directory, []).append(job)
+        due: list[str] = []
+        for directory, jobs in by_directory.items():
+            due += self._changed_jobs(directory, jobs, watching)
+        return self._jobs, due
+
+    def _discover(self) -> None:
+        """Register new files; the database is asked only when the listing changed."""
+        listing = frozenset(discover_job_ids(self.settings.metrics_dir))
+        if listing == self._listing:
+            return
+        try:
+            self.service.discover()
+        except Exception:
+            logger.exception("job discovery in %s failed", self.settings.metrics_dir)
+            return
+        self._listing = listing
+        self._jobs_read_at = -math.inf
+
+    def _changed_jobs(self, directory: str, jobs: list[_KnownJob], watching: bool) -> list[str]:
+        inodes = status_inodes(directory)
+        stall = self.pipeline.stall
+        changed = []
+        for job in jobs:
+            status = self._status(job)
+            # Polling is the fallback for running jobs (notifications can be
+            # lost); a finished job's file only changes if a run restarts,
+            # which the watcher sees, so it is polled only without one.
+            if watching and status in TERMINAL_STATUSES:
+                continue
+            inode = inodes.get(job.job_id + STATUS_SUFFIX)
+            signature = file_signature(directory, job.job_id, inode)
+            # Silence is news too: a running job turns stalled with no change
+            # to its files, a sync marks it (and one more when it recovers).
+            flips = (status == "running" and stall.is_stalled(job.job_id)) or (
+                status == STALLED and not stall.is_stalled(job.job_id)
+            )
+            if flips or not self.service.is_unchanged(job.job_id, signature):
+                changed.append(job.job_id)
+        return changed
 
     def _metrics_dir(self) -> str:
         return str(Path(self.settings.metrics_dir).resolve())

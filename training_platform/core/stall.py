@@ -31,6 +31,7 @@ class _JobRhythm:
     last_timestamp: float | None = None
     gaps: deque[float] = field(default_factory=lambda: deque(maxlen=_GAPS))
     status_updated_at: float | None = None
+    reported_stalled: bool = False
 
 
 class StallWatch:
@@ -114,6 +115,18 @@ class StallWatch:
     def is_stalled(self, job_id: str) -> bool:
         silent = self.silent_for(job_id)
         return silent is not None and silent > self.threshold(job_id)
+
+    def report(self, job_id: str, *, stalled: bool) -> bool:
+        """Note the verdict the job was given; True when it differs from the last one.
+
+        The caller logs only then: a stalled run is judged again on every sync
+        (its status file keeps saying running), but stalls once.
+        """
+        with self._guard:
+            rhythm = self._jobs.setdefault(job_id, _JobRhythm(last_growth=self.clock()))
+            changed = rhythm.reported_stalled != stalled
+            rhythm.reported_stalled = stalled
+            return changed
 
     def forget(self, job_id: str) -> None:
         with self._guard:

@@ -35,6 +35,12 @@ from training_platform.core.metrics_persister import (
 )
 from training_platform.core.metrics_reader import MetricsReader
 from training_platform.core.models import Job, SyncState
+from training_platform.core.quiet_rounds import (
+    FailureLog,
+    FileSignature,
+    file_signature,
+    status_inode,
+)
 from training_platform.errors import JobNotFoundError, MetricsSourceError
 from training_platform.settings import Settings
 
@@ -95,6 +101,11 @@ class SyncService:
         self._progress: dict[str, tuple[int, int]] = {}
         # Jobs whose syncs in flight should stop at their next batch (see `exclusive`).
         self._interrupted: set[str] = set()
+        # job id -> its local files as they were when this process last read
+        # them to the end, and the status the job had then (see `is_unchanged`).
+        self._seen: dict[str, FileSignature] = {}
+        self._statuses: dict[str, str] = {}
+        self._failures = FailureLog(logger)  # each job's error, logged once per change
         self._guard = threading.Lock()
 
     def _lock(self, job_id: str) -> threading.Lock:
@@ -139,6 +150,23 @@ class SyncService:
         """The job was deleted: close its reader (call under the job's lock)."""
         self.forget_reader(job_id)
         self._progress.pop(job_id, None)
+        with self._guard:
+            self._seen.pop(job_id, None)
+            self._statuses.pop(job_id, None)
+        self._failures.forget(job_id)
+
+    def is_unchanged(self, job_id: str, signature: FileSignature) -> bool:
+        """Whether this process already read the job's files as they are now.
+
+        A background round skips such a job without a database statement.
+        """
+        with self._guard:
+            return self._seen.get(job_id) == signature
+
+    def known_status(self, job_id: str) -> str | None:
+        """The job's status after this process's last sync of it (None: none yet)."""
+        with self._guard:
+            return self._statuses.get(job_id)
 
     def discover(self) -> list[str]:
         """Register jobs whose files appeared in the metrics directory."""
@@ -178,6 +206,13 @@ class SyncService:
             self.discover()
             job, position = self._load(job_id)
         reader = self._reader(job)
+        # Looked at before reading: an append during the sync makes the files
+        # differ from this, so the next round reads them again.
+        signature = None
+        if job.source == "local" and job.metrics_dir:
+            signature = file_signature(
+                job.metrics_dir, job_id, status_inode(job.metrics_dir, job_id)
+            )
         try:
             result = self._sync_metrics(job_id, reader, position, deadline=deadline)
             if not result.at_eof:
@@ -194,6 +229,10 @@ class SyncService:
         except MetricsSourceError as exc:
             self._record_error(job_id, str(exc))
             raise
+        with self._guard:
+            self._statuses[job_id] = job.status
+            if signature is not None:
+                self._seen[job_id] = signature
         if status_changed and self.listener is not None:
             self._tell(self.listener.status_changed, job)
         return JobSyncOutcome(result, status_changed)
@@ -327,13 +366,28 @@ class SyncService:
             # files are cheap to stat and may be rewritten by a restarted run.
             if source == "ssh" and status in TERMINAL_STATUSES:
                 continue
-            try:
-                outcomes[job_id] = self.sync_job(job_id)
-            except MetricsSourceError as exc:
-                logger.debug("sync of %s skipped: %s", job_id, exc)
-            except Exception:
-                logger.exception("sync of %s failed", job_id)
+            outcome = self.sync_in_background(job_id)
+            if outcome is not None:
+                outcomes[job_id] = outcome
         return outcomes
+
+    def sync_in_background(self, job_id: str) -> JobSyncOutcome | None:
+        """`sync_job` for a background round: never raises, logs a failure once.
+
+        A job whose files cannot be read fails the same way every round: its
+        error is logged when it first appears and when it changes (with the
+        traceback for an unexpected one), and once when syncs work again.
+        """
+        try:
+            outcome = self.sync_job(job_id)
+        except JobNotFoundError as exc:  # deleted meanwhile: nothing to report
+            logger.debug("background sync of %s skipped: %s", job_id, exc)
+            return None
+        except Exception as exc:
+            self._failures.failed(job_id, exc)
+            return None
+        self._failures.succeeded(job_id)
+        return outcome
 
     def close(self) -> None:
         with self._guard:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Query, Request, Response, status
 from sqlalchemy.orm import Session
@@ -19,9 +19,11 @@ from training_platform.api.schemas import (
 )
 from training_platform.core.jobs import (
     Health,
+    JobOrder,
     JobSummary,
     SSHSource,
     delete_job,
+    page_jobs,
     register_job,
     ssh_target,
     summarize_jobs,
@@ -70,21 +72,44 @@ def job_out(summary: JobSummary) -> JobOut:
     )
 
 
+DEFAULT_PAGE: Final = 100
+MAX_PAGE: Final = 500
+TOTAL_HEADER: Final = "X-Total-Count"
+
+
 @router.get("", response_model=JobList, summary="List jobs")
 def list_jobs_route(
+    response: Response,
     session: SessionDep,
     sync_service: SyncServiceDep,
     health: Annotated[
         Health | None, Query(description="Only the jobs with this health verdict.")
     ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_PAGE, description="Jobs per page (at most 500).")
+    ] = DEFAULT_PAGE,
+    offset: Annotated[
+        int, Query(ge=0, le=2**31, description="Jobs to skip: the page starts after them.")
+    ] = 0,
+    order: Annotated[
+        JobOrder,
+        Query(
+            description="created: newest registration first; updated: most recent "
+            "status-file update first (registration time for a job without one)."
+        ),
+    ] = "created",
 ) -> JobList:
-    """Every known job, newest first: discovered in `PLATFORM_METRICS_DIR` or registered.
+    """Known jobs, one page at a time: discovered in `PLATFORM_METRICS_DIR` or registered.
 
-    The metrics directory is scanned on each call, so a job whose files just
-    appeared is listed even before the background poller has seen it.
+    The `X-Total-Count` header tells how many jobs the whole list holds (with
+    `health`, how many have that verdict); ties in the order are broken by job
+    id, so consecutive pages neither overlap nor skip a job. The metrics
+    directory is scanned on each call, so a job whose files just appeared is
+    listed even before the background poller has seen it.
     """
     sync_service.discover()
-    summaries = summarize_jobs(session, health=health)
+    summaries, total = page_jobs(session, limit=limit, offset=offset, health=health, order=order)
+    response.headers[TOTAL_HEADER] = str(total)
     return JobList(jobs=[job_out(summary) for summary in summaries])
 
 
@@ -115,7 +140,11 @@ def get_job_route(job_id: KnownJobId, session: SessionDep) -> JobOut:
     },
 )
 def register_job_route(
-    body: JobCreate, response: Response, session: SessionDep, settings: SettingsDep
+    body: JobCreate,
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    settings: SettingsDep,
 ) -> JobOut:
     """Register a job whose files are in a local directory or on an SSH host.
 
@@ -138,6 +167,9 @@ def register_job_route(
         except Exception as exc:  # unreachable now; the poller will retry
             job.last_sync_error = str(exc)[:2000]
     session.commit()
+    hub: LiveHub | None = getattr(request.app.state, "live_hub", None)
+    if created and hub is not None:
+        hub.jobs_changed()  # its background rounds keep the jobs list in memory
     if not created:
         response.status_code = status.HTTP_200_OK
     return job_out(summarize_jobs(session, job.job_id)[0])

@@ -1,8 +1,10 @@
 // The jobs view: every job with status, health, progress, last update and anomalies.
 //
-// Kept current by polling GET /api/jobs every two seconds: one cheap query for all
-// jobs, where a WebSocket per job would not scale to a page listing hundreds. So a
-// job's health badge turns to warning or critical within two seconds, no reload.
+// Kept current by polling GET /api/jobs every two seconds: one cheap query per page,
+// where a WebSocket per job would not scale to a page listing hundreds. So a job's
+// health badge turns to warning or critical within two seconds, no reload. It shows
+// the most recently updated runs first, a page at a time ("more" adds a page): a
+// thousand finished runs do not slow the list down.
 // Deleting a run asks first, in a dialog that lives outside the table (the table is
 // rebuilt on every refresh).
 
@@ -10,6 +12,8 @@ import { api, enc } from "./api.js";
 import { fmtAgo, fmtStep, fmtTime, h, progressBar, statusBadge } from "./format.js";
 
 const REFRESH_MS = 2000;
+const PAGE = 100; // jobs per "more"
+const MAX_PAGE = 500; // the most one GET /api/jobs answers
 
 export class JobsView {
   constructor(root, setConnection) {
@@ -18,6 +22,9 @@ export class JobsView {
     this.timer = null;
     this.table = h("tbody", { id: "jobs-body" });
     this.note = h("p", { class: "muted" });
+    this.wanted = PAGE;
+    this.more = h("button", { type: "button", class: "link", id: "jobs-more", hidden: true,
+      onclick: () => this.showMore() }, `show ${PAGE} more`);
     this.pendingDelete = null;
     this.confirmText = h("p", {});
     this.confirmError = h("p", { class: "error-text" });
@@ -40,6 +47,7 @@ export class JobsView {
         h("thead", {}, h("tr", {}, ["job", "status", "health", "progress", "latest step", "last update", "anomalies", "source", ""]
           .map((title) => h("th", {}, title)))),
         this.table),
+      h("p", {}, this.more),
       this.dialog);
     await this.refresh();
     this.timer = setInterval(() => this.refresh(), REFRESH_MS);
@@ -50,19 +58,39 @@ export class JobsView {
   }
 
   async refresh() {
-    let body;
+    let jobs, more;
     try {
-      body = await api("/jobs");
+      ({ jobs, more } = await this.fetchJobs());
       this.setConnection("polling");
     } catch (error) {
       this.setConnection("reconnecting", error.message);
       return;
     }
-    const jobs = body.jobs.slice().sort((a, b) => (b.updated_at ?? b.created_at) - (a.updated_at ?? a.created_at));
+    const count = `${jobs.length}${more ? "+" : ""} job${jobs.length === 1 ? "" : "s"}`;
     this.note.textContent = jobs.length
-      ? `${jobs.length} job${jobs.length === 1 ? "" : "s"} · updated every ${REFRESH_MS / 1000} s`
+      ? `${count} · most recently updated first · updated every ${REFRESH_MS / 1000} s`
       : "No jobs yet: start a training run with PlatformCallback writing to PLATFORM_METRICS_DIR, or register one with POST /api/jobs.";
+    this.more.hidden = !more;
     this.table.replaceChildren(...jobs.map((job) => row(job, () => this.askDelete(job.job_id))));
+  }
+
+  // The first `wanted` jobs, most recently updated first, in pages the API accepts.
+  // `more`: the last page was full, so there may be more (the server orders them, so
+  // pages line up; the job id breaks ties).
+  async fetchJobs() {
+    const jobs = [];
+    while (jobs.length < this.wanted) {
+      const size = Math.min(MAX_PAGE, this.wanted - jobs.length);
+      const body = await api(`/jobs?order=updated&limit=${size}&offset=${jobs.length}`);
+      jobs.push(...body.jobs);
+      if (body.jobs.length < size) return { jobs, more: false };
+    }
+    return { jobs, more: true };
+  }
+
+  async showMore() {
+    this.wanted += PAGE;
+    await this.refresh();
   }
 
   askDelete(jobId) {
