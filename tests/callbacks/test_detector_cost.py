@@ -7,14 +7,16 @@ trend only sorted when a count says its median may have fallen far enough.
 Each is checked here against the plain computation it stands for, and the
 monitor as a whole against one with every shortcut turned off. The NaN/Inf
 scan is skipped for a step the training thread saw finite: checked against
-the scan itself.
+the scan itself. The monitor's fused quiet path (`quiet_path`) is checked
+against each detector's own `evaluate`: the same anomalies and the same
+state, over streams with every kind of fault and odd value.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import pytest
 from tests.callbacks.helpers import read_records
 from tests.callbacks.loss_streams import STREAMS, Fault, frozen, metrics_stream, spike, stalled
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
+from training_platform.callbacks.anomaly import DETECTORS, AnomalyConfig, AnomalyMonitor
 from training_platform.callbacks.detector_windows import (
     RecentMedian,
     SpikeScale,
@@ -409,3 +411,177 @@ def test_the_callback_scans_for_nan_only_steps_not_known_finite(
     records = read_records(tmp_path / "run-nan_metrics.jsonl")
     flagged = [r["step"] for r in records if r.get("anomalies")]
     assert flagged == [4]  # one incident: 7 and 8 are within its cooldown
+
+
+# The fused quiet path (`quiet_path.fused_check`) against the detectors' own
+# `evaluate`, one call each: the same anomalies and the same state after
+# every kind of stream, fault, odd value and setting.
+
+
+def one_by_one(monitor: AnomalyMonitor) -> AnomalyMonitor:
+    """`monitor` without its fused path: each detector's own `evaluate`."""
+    monitor._fused = None
+    return monitor
+
+
+def state_of(value: Any) -> Any:
+    """Everything a detector keeps, as plain values (floats by repr: NaN == NaN)."""
+    if isinstance(value, float):
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, (list, tuple, deque)):
+        return [state_of(item) for item in value]
+    if isinstance(value, dict):
+        return {key: state_of(item) for key, item in value.items()}
+    if isinstance(value, AnomalyConfig):
+        return None
+    names = [n for kind in type(value).__mro__ for n in getattr(kind, "__slots__", ())]
+    names += list(getattr(value, "__dict__", {}))
+    return {name: state_of(getattr(value, name)) for name in names if hasattr(value, name)}
+
+
+def record_faults(
+    rng: random.Random,
+    record: dict[str, Any],
+    onset: int,
+    kind: str,
+    config: AnomalyConfig,
+    held: dict[str, float],
+) -> None:
+    """From `onset` on: KL spikes (some a hair either side of the threshold), a
+    reward-hacking ramp (some to a KL just above its floor), losses that move
+    by exactly `loss_min_delta`, or odd values and groups."""
+    step = record["step"]
+    kls = record.get("kl")
+    if step >= onset and kind == "kl" and isinstance(kls, dict) and rng.random() < 0.15:
+        times = rng.choice([3.0, 12.0, 40.0])
+        threshold = config.kl_threshold
+        kls["mean"] = rng.choice(
+            [times * kls.get("mean", 0.1), threshold, math.nextafter(threshold, math.inf)]
+        )
+    if step >= onset and kind.startswith("hacking"):
+        ramp = min(1.0, (step - onset) / 20)
+        start, end = (0.05, 0.45) if kind == "hacking" else (0.02, 0.08)
+        record.setdefault("reward", {})["mean"] = 0.5 + 0.3 * ramp
+        record.setdefault("kl", {})["mean"] = start + (end - start) * ramp
+        record.setdefault("extra", {})["response_length/mean"] = 300.0 * (1 + 1.5 * ramp)
+    if step >= onset and kind.startswith("quantized") and isinstance(record.get("loss"), dict):
+        # Frozen at a dyadic value, wobbling by exact multiples of a dyadic
+        # `loss_min_delta`: a band exactly that wide (or 1.5 times) holds.
+        offsets = (0.0, 1.0) if kind == "quantized" else (0.0, 0.5, 1.5)
+        for name, value in record["loss"].items():
+            base = held.setdefault(name, round(value * 64) / 64)
+            record["loss"][name] = base + config.loss_min_delta * rng.choice(offsets)
+    if kind == "odd" and rng.random() < 0.08:
+        group = rng.choice(["loss", "kl", "gradient", "extra", "reward"])
+        if rng.random() < 0.2:
+            record[group] = rng.choice([None, [1.0], {"mean": "text"}])
+        elif isinstance(record.get(group), dict) and record[group]:
+            key = rng.choice(list(record[group]))
+            record[group][key] = rng.choice(
+                [math.nan, math.inf, -math.inf, None, 3, "NaN", "text", True, -1e300]
+            )
+
+
+def fused_and_one_by_one(seed: int, steps: int) -> tuple[list[Any], list[Any], set[str]]:
+    """Both monitors over one random stream: their anomalies, and the kinds found."""
+    rng = random.Random(seed)
+    stream = STREAMS[seed % len(STREAMS)]
+    key = rng.choice([k for k in (stream.policy_key, stream.falling_key) if k is not None])
+    kind = rng.choice(
+        [
+            "loss",
+            "kl",
+            "hacking",
+            "hacking_low_kl",
+            "quantized",
+            "quantized_wide",
+            "odd",
+            "entropy_grad",
+        ]
+    )
+    onset = rng.randint(60, steps - 100)
+    fault = (
+        faults(rng, key, steps)
+        if kind == "loss"
+        else entropy_and_gradient_faults(rng, onset)
+        if kind == "entropy_grad"
+        else None
+    )
+    config = AnomalyConfig(
+        window=rng.choice([10, 20, 50]),
+        min_history=rng.choice([3, 10, 15]),
+        loss_patience=rng.choice([10, 30, 50]),
+        loss_spike_factor=rng.choice([3.0, 10.0]),
+        loss_spike_warmup=rng.choice([0, 20]),
+        grad_spike_factor=rng.choice([1.3, 3.0, 10.0]),
+        grad_norm_limit=rng.choice([None, 2.5]),
+        kl_spike_factor=rng.choice([1.2, 10.0]),
+        kl_threshold=rng.choice([0.3, 1.0]),
+        kl_spike_min=rng.choice([0.0, 0.1]),
+        loss_min_delta=2.0**-10 if kind.startswith("quantized") else 1e-4,
+        entropy_floor=rng.choice([0.01, 0.2]),
+        hacking_window=rng.choice([5, 20]),
+        cooldown=rng.choice([0, 20]),
+    )
+    fused, exact = AnomalyMonitor(config), one_by_one(AnomalyMonitor(config))
+    assert fused._fused is not None
+    found_fused: list[Any] = []
+    found_exact: list[Any] = []
+    kinds: set[str] = set()
+    held: dict[str, float] = {}
+    for step, metrics in metrics_stream(stream, steps, fault, seed):
+        record = build_record(step, metrics, timestamp=1.0e9 + step)
+        record_faults(rng, record, onset, kind, config, held)
+        finite = NonFiniteDetector(config).evaluate(step, record) is None and rng.random() < 0.7
+        found_fused.append(fused.check(record, finite=finite))
+        found_exact.append(exact.check(record, finite=finite))
+        kinds.update(a["type"] for a in found_fused[-1])
+    assert state_of(fused.detectors) == state_of(exact.detectors)
+    return found_fused, found_exact, kinds
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_fused_quiet_path_finds_what_each_detector_finds_on_its_own(seed: int) -> None:
+    found_fused, found_exact, _ = fused_and_one_by_one(seed, 600)
+    assert found_fused == found_exact
+
+
+def test_the_fused_path_equivalence_runs_see_every_kind_of_anomaly() -> None:
+    """Not vacuous: the streams above raise every anomaly the detectors know."""
+    kinds: set[str] = set()
+    for seed in range(60):
+        kinds |= fused_and_one_by_one(seed, 600)[2]
+    assert kinds == {cls.type for cls in DETECTORS}
+
+
+def test_a_healthy_record_reaches_no_detector_of_the_fused_path() -> None:
+    """The fused path is the one taken: after the first values, a healthy
+    verl PPO stream calls a detector's own `evaluate` at most on a few records."""
+    monitor = AnomalyMonitor()
+    calls: list[str] = []
+    for detector in monitor.detectors:
+        evaluate = detector.evaluate
+
+        def counting(
+            step: int, record: Any, evaluate: Any = evaluate, name: str = detector.type
+        ) -> Any:
+            calls.append(name)
+            return evaluate(step, record)
+
+        detector.evaluate = counting  # type: ignore[method-assign]
+    for step, metrics in metrics_stream(STREAMS[0], 1000):
+        record = build_record(step, metrics, timestamp=1.0e9 + step)
+        assert monitor.check(record, finite=True) == []
+        if step == 99:
+            calls.clear()  # the first values set the bounds
+    assert len(calls) < 100, Counter(calls)
+
+
+def test_a_disabled_detector_or_a_replaced_list_goes_one_detector_at_a_time() -> None:
+    assert AnomalyMonitor(AnomalyConfig(disabled=frozenset({"loss_spike"})))._fused is None
+    monitor = AnomalyMonitor()
+    monitor.detectors = monitor.detectors[:2]  # the scan and the KL rule only
+    record = {"step": 0, "kl": {"mean": 5.0}, "loss": {"total_loss": math.nan}}
+    assert [a["type"] for a in monitor.check(record)] == ["nan_inf", "kl_explosion"]

@@ -367,11 +367,15 @@ class RewardHackingDetector(Detector):
         # `v - v` is 0.0 for a finite number and NaN otherwise: one test for three.
         if (reward - reward) + (kl - kl) + (length - length) != 0.0:
             return None
-        windows = self._windows
-        if not windows.push(reward, kl, length):
+        if not self._windows.push(reward, kl, length):
             return None
+        return self.verdict()
+
+    def verdict(self) -> Finding | None:
+        """The finding the two full windows make, else None (no state changes)."""
         # The means one at a time, each only once the rule still holds: a
         # healthy run is usually settled by the reward or KL.
+        windows = self._windows
         size = windows.size
         old, new = windows.old, windows.new
         r_old, r_new = old[0] / size, new[0] / size

@@ -117,11 +117,9 @@ class LossSpikeDetector(Detector):
             # share of the threshold (`quiet_below`), no noise is needed to
             # know it is no spike; inf until `min_history` values are in.
             if abs(loss) >= scale.quiet_below:
-                size = abs(loss)
-                level = abs(scale.level)
-                typical = max(level, scale.noise())
-                if size >= config.loss_spike_factor * typical:
-                    found = self._spike(found, name, loss, typical, len(scale))
+                spiked = self.judge(name, scale, loss)
+                if spiked is not None:
+                    found = [spiked] if found is None else [*found, spiked]
                     # A spike is not folded into the scale: the next value
                     # is judged against the healthy magnitude, not the spike.
                     continue
@@ -129,25 +127,28 @@ class LossSpikeDetector(Detector):
             scale.values.append(loss)
             scale.stale += 1
             if scale.stale >= scale.every:
-                scale.refresh()
-                if len(scale.values) >= config.min_history:  # refreshed: a level is in
-                    scale.quiet_below = max(
-                        config.loss_spike_min, self._level_factor * abs(scale.level)
-                    )
+                self.refresh(scale)
         return found
 
-    @staticmethod
-    def _spike(
-        found: list[Finding] | None, name: str, loss: float, typical: float, steps: int
-    ) -> list[Finding]:
+    def refresh(self, scale: SpikeScale) -> None:
+        """`scale.refresh()`, due now, and the quiet bound from its new level."""
+        scale.refresh()
+        config = self.config
+        if len(scale) >= config.min_history:  # refreshed: a level is in
+            scale.quiet_below = max(config.loss_spike_min, self._level_factor * abs(scale.level))
+
+    def judge(self, name: str, scale: SpikeScale, loss: float) -> Finding | None:
+        """The spike finding for a `loss` not below `scale.quiet_below`, else None."""
         size = abs(loss)
+        typical = max(abs(scale.level), scale.noise())
+        if size < self.config.loss_spike_factor * typical:
+            return None
         times = size / typical if typical > 0 else math.inf
         message = (
             f"loss.{name} {loss:.4g} is {times:.3g}x its typical magnitude "
-            f"{typical:.4g} over the last {steps} steps"
+            f"{typical:.4g} over the last {len(scale)} steps"
         )
-        finding = Finding("critical", message, f"loss.{name}", size - typical)
-        return [finding] if found is None else [*found, finding]
+        return Finding("critical", message, f"loss.{name}", size - typical)
 
 
 class _Progress:
@@ -255,36 +256,42 @@ class LossPlateauDetector(Detector):
 
         progress.seen += 1
         if progress.armed and len(progress.blocks) == progress.blocks.maxlen:
-            stall = progress.stall
-            # Medians of blocks move little from one value to the next: judged
-            # every `_every` values, it costs a fifth and finds a stall at most
-            # `_every - 1` values later.
-            due = progress.seen % self._every == 0
-            if stall is not None:
-                holding, level, margin = stall
-                if not due:
-                    return holding
-                latest = list(progress.blocks)[-self._block :]
-                if median_of(latest) > level - margin:
-                    return holding  # still stuck: the same incident, however long
-                progress.stall = None  # falling again
-            if due:
-                stalled = self._stalled(progress, name)
-                if stalled is not None:
-                    return stalled
+            stalled = self.stall(progress, name)
+            if stalled is not None:
+                return stalled
         # Patience steps after its first, having moved before (the cheap test first).
         if band_steps > self._patience and progress.high - progress.low > self._moved:
-            config = self.config
-            return Finding(
-                "warning",
-                (
-                    f"loss.{name} has stayed within {config.loss_min_delta:g} of {loss:.4g} "
-                    f"for {progress.band_steps - 1} steps (it ranged "
-                    f"{progress.low:.4g}..{progress.high:.4g} before): has training stopped?"
-                ),
-                f"loss.{name}",
-            )
+            return self.frozen(progress, name, loss)
         return None
+
+    def stall(self, progress: _Progress, name: str) -> Finding | None:
+        """The stall finding of an armed loss with full blocks (that held, or new), else None."""
+        stall = progress.stall
+        # Medians of blocks move little from one value to the next: judged
+        # every `_every` values, it costs a fifth and finds a stall at most
+        # `_every - 1` values later.
+        due = progress.seen % self._every == 0
+        if stall is not None:
+            holding, level, margin = stall
+            if not due:
+                return holding
+            latest = list(progress.blocks)[-self._block :]
+            if median_of(latest) > level - margin:
+                return holding  # still stuck: the same incident, however long
+            progress.stall = None  # falling again
+        return self._stalled(progress, name) if due else None
+
+    def frozen(self, progress: _Progress, name: str, loss: float) -> Finding:
+        """The finding of a loss that has stayed within `loss_min_delta` too long."""
+        return Finding(
+            "warning",
+            (
+                f"loss.{name} has stayed within {self._min_delta:g} of {loss:.4g} "
+                f"for {progress.band_steps - 1} steps (it ranged "
+                f"{progress.low:.4g}..{progress.high:.4g} before): has training stopped?"
+            ),
+            f"loss.{name}",
+        )
 
     def _stalled(self, progress: _Progress, name: str) -> Finding | None:
         """The finding when the loss fell clearly over one block and then stopped.
