@@ -10,20 +10,31 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import insert, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from tests.api.test_artifacts_api import make_profiles
+from tests.fixtures_sshd import SSHD
 from training_platform.api.main import create_app
-from training_platform.api.routers.monitoring import MAX_PAGE, MAX_POINTS, MAX_STEP
+from training_platform.api.routers.artifacts import DEFAULT_LISTED
+from training_platform.api.routers.monitoring import (
+    DEFAULT_ANOMALIES,
+    MAX_ANOMALIES,
+    MAX_PAGE,
+    MAX_POINTS,
+    MAX_STEP,
+)
+from training_platform.core.artifacts import MAX_FILES
 from training_platform.core.database import make_engine, make_session_factory
 from training_platform.core.history_page import history_page
 from training_platform.core.metric_rows import ROW_KEYS
 from training_platform.core.metrics_persister import upsert_metrics
-from training_platform.core.models import Job
+from training_platform.core.models import Anomaly, Job
 from training_platform.core.rollups import refresh_rollups
 from training_platform.settings import Settings
 
@@ -248,3 +259,105 @@ def test_every_parameter_combination_at_its_limits_is_bounded(
     assert wide["downsampled"] and wide["count"] == MAX_POINTS
     assert wide["truncated"] is True and 0 < len(wide["series"]) < len(_NUMERIC)
     assert wide["series_omitted_count"] == len(_NUMERIC) - len(wide["series"])
+
+
+def add_anomalies(factory: sessionmaker[Session], steps: range, per_step: int) -> None:
+    """`per_step` stored rows at each step: types in pairs, found by both sources."""
+    rows = [
+        {
+            "job_id": JOB,
+            "step": step,
+            "type": f"kind_{index // 2}",
+            "severity": "warning",
+            "message": f"at {step}",
+            "source": ("callback", "platform")[index % 2],
+            "created_at": 1.7e9 + step,
+        }
+        for step in steps
+        for index in range(per_step)
+    ]
+    with factory.begin() as session:
+        session.execute(insert(Anomaly), rows)
+
+
+def anomalies(client: TestClient, **params: Any) -> Any:
+    return client.get(f"/api/monitoring/{JOB}/metrics/anomalies", params=params)
+
+
+def test_anomalies_are_capped_and_page_by_whole_steps(
+    client: TestClient, factory: sessionmaker[Session]
+) -> None:
+    add_anomalies(factory, range(7_000), per_step=2)  # 14,000 rows, 7,000 incidents
+
+    first = anomalies(client).json()  # the default answer, same shape as before plus paging
+    assert len(first["anomalies"]) * 2 <= DEFAULT_ANOMALIES  # it used to be all 7,000
+    assert first["next_start_step"] == first["anomalies"][-1]["step"] + 1
+    assert first["truncated"] is False
+    assert all(item["sources"] == ["callback", "platform"] for item in first["anomalies"])
+
+    seen: list[int] = []
+    start: int | None = 0
+    while start is not None:
+        page = anomalies(client, start_step=start, limit=MAX_ANOMALIES, raw=True).json()
+        assert 0 < len(page["anomalies"]) <= MAX_ANOMALIES
+        seen += [item["step"] for item in page["anomalies"]]
+        start = page["next_start_step"]
+    assert sorted(seen) == [step for step in range(7_000) for _ in range(2)]  # exactly once
+
+    assert anomalies(client, limit=MAX_ANOMALIES + 1).status_code == 422
+    assert anomalies(client, limit=0).status_code == 422
+
+
+def test_a_step_larger_than_the_page_is_cut_and_says_so(
+    client: TestClient, factory: sessionmaker[Session]
+) -> None:
+    add_anomalies(factory, range(3), per_step=6)
+
+    page = anomalies(client, limit=4, raw=True).json()
+    assert [item["step"] for item in page["anomalies"]] == [0] * 4
+    assert page["truncated"] is True and page["next_start_step"] == 1
+    whole = anomalies(client, start_step=1, limit=7, raw=True).json()
+    assert len(whole["anomalies"]) == 6 and whole["next_start_step"] == 2
+    assert whole["truncated"] is False
+
+
+def test_the_artifact_listing_is_capped(client: TestClient, metrics_dir: Path) -> None:
+    (metrics_dir / "many_metrics.jsonl").write_bytes(b'{"step": 0, "timestamp": 1.0}\n')
+    root = metrics_dir / "many_profiles"
+    for step in range(1_200):
+        (root / f"step_{step}").mkdir(parents=True)
+        (root / f"step_{step}" / "trace.json").write_bytes(b"{}")
+
+    default = client.get("/api/jobs/many/artifacts").json()
+    assert len(default["files"]) == DEFAULT_LISTED and default["truncated"] is True
+    assert len(default["profiles"]) == DEFAULT_LISTED  # it used to list all 1,200
+    small = client.get("/api/jobs/many/artifacts", params={"limit": 5}).json()
+    assert len(small["files"]) == 5 and small["truncated"] is True
+    exact = client.get("/api/jobs/many/artifacts", params={"limit": 1_200}).json()
+    assert len(exact["files"]) == 1_200 and exact["truncated"] is False  # all fit: not cut
+    full = client.get("/api/jobs/many/artifacts", params={"limit": MAX_FILES}).json()
+    assert len(full["files"]) == 1_200 and full["truncated"] is False
+    assert (
+        client.get("/api/jobs/many/artifacts", params={"limit": MAX_FILES + 1}).status_code == 422
+    )
+
+
+@pytest.fixture
+def ssh_client(settings: Settings, sshd: SSHD) -> Iterator[TestClient]:
+    trusting = settings.model_copy(
+        update={"ssh_key_dir": sshd.key_dir, "ssh_known_hosts": sshd.known_hosts_path}
+    )
+    with TestClient(create_app(trusting)) as client:
+        yield client
+
+
+def test_the_artifact_listing_of_an_ssh_job_is_capped(ssh_client: TestClient, sshd: SSHD) -> None:
+    make_profiles(sshd.remote_dir, "remote1")  # 5 files
+    assert ssh_client.post("/api/jobs", json=sshd.job_body()).status_code == 201
+
+    def listing(limit: int) -> Any:
+        return ssh_client.get("/api/jobs/remote1/artifacts", params={"limit": limit}).json()
+
+    assert len(listing(5)["files"]) == 5 and listing(5)["truncated"] is False
+    cut = listing(4)
+    assert len(cut["files"]) == 4 and cut["truncated"] is True

@@ -129,6 +129,14 @@ class AnomalyOut(BaseModel):
 class AnomalyList(BaseModel):
     job_id: str
     anomalies: list[AnomalyOut]
+    next_start_step: int | None = Field(
+        default=None,
+        description="More anomalies remain: ask again with start_step set to this value.",
+    )
+    truncated: bool = Field(
+        default=False,
+        description="One step alone had more rows than `limit`: the rest of it was left out.",
+    )
 
 
 class MetricsHistory(BaseModel):

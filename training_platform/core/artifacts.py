@@ -40,7 +40,7 @@ from training_platform.errors import ArtifactNotFoundError, InvalidParameterErro
 
 logger = logging.getLogger(__name__)
 
-MAX_FILES = 10_000  # a listing larger than this is cut (and says so)
+MAX_FILES = 10_000  # a listing larger than this is cut (and says so), whatever `limit` asks
 MAX_DEPTH = 6
 CHUNK = 256 * 1024
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -136,7 +136,8 @@ class _LocalArtifacts:
         self.folder = folder
         self.base = directory / folder
 
-    def list(self) -> tuple[list[ArtifactFile], bool]:
+    def list(self, limit: int = MAX_FILES) -> tuple[list[ArtifactFile], bool]:
+        limit = min(limit, MAX_FILES)
         try:
             if not stat.S_ISDIR(self.base.lstat().st_mode):  # a symlinked folder is not listed
                 return [], False
@@ -156,13 +157,13 @@ class _LocalArtifacts:
                     continue
                 if not stat.S_ISREG(info.st_mode):
                     continue  # symlinks and devices are never served
+                if len(found) >= limit:  # one more than fits: only now is it truncated
+                    return found, True
                 found.append(
                     ArtifactFile(
                         path.relative_to(self.base).as_posix(), info.st_size, info.st_mtime
                     )
                 )
-                if len(found) >= MAX_FILES:
-                    return found, True
         return found, False
 
     def open(self, relative: str) -> ArtifactStream:
@@ -210,7 +211,9 @@ class _SSHArtifacts:
             raise
         return expected
 
-    def list(self) -> tuple[list[ArtifactFile], bool]:
+    def list(self, limit: int = MAX_FILES) -> tuple[list[ArtifactFile], bool]:
+        limit = min(limit, MAX_FILES)
+
         def walk(sftp: paramiko.SFTPClient) -> tuple[list[ArtifactFile], bool]:
             base = self._real_base(sftp)
             if base is None:
@@ -229,9 +232,10 @@ class _SSHArtifacts:
                     if stat.S_ISDIR(mode) and depth + 1 < MAX_DEPTH:
                         pending.append((child, depth + 1))
                     elif stat.S_ISREG(mode):
-                        found.append(ArtifactFile(child, entry.st_size or 0, entry.st_mtime or 0))
-                        if len(found) >= MAX_FILES:
+                        if len(found) >= limit:  # one more than fits
+                            found.sort(key=lambda f: f.path)
                             return found, True
+                        found.append(ArtifactFile(child, entry.st_size or 0, entry.st_mtime or 0))
             found.sort(key=lambda f: f.path)
             return found, False
 
@@ -298,8 +302,9 @@ def artifact_store(reader: MetricsReader) -> _LocalArtifacts | _SSHArtifacts:
     return _LocalArtifacts(Path(reader.directory), folder)
 
 
-def list_artifacts(reader: MetricsReader) -> ArtifactListing:
-    files, truncated = artifact_store(reader).list()
+def list_artifacts(reader: MetricsReader, limit: int = MAX_FILES) -> ArtifactListing:
+    """At most `limit` files (and never more than MAX_FILES); `truncated` when more exist."""
+    files, truncated = artifact_store(reader).list(limit)
     return ArtifactListing(profiles_folder(reader.job_id), files, truncated)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import select
@@ -58,6 +59,42 @@ def list_anomalies(
     if limit is not None:
         query = query.limit(limit)
     return list(session.scalars(query))
+
+
+@dataclass(frozen=True)
+class AnomalyPage:
+    rows: list[Anomaly]
+    next_start_step: int | None  # where the next page starts; None: nothing remains
+    truncated: bool  # one step alone had more than `limit` rows: the rest of it is left out
+
+
+def anomaly_page(
+    session: Session,
+    *,
+    job_id: str,
+    start_step: int | None,
+    end_step: int | None,
+    source: str | None,
+    limit: int,
+) -> AnomalyPage:
+    """At most `limit` stored rows, whole steps only, so incidents never split across pages."""
+    rows = list_anomalies(
+        session,
+        job_id=job_id,
+        start_step=start_step,
+        end_step=end_step,
+        source=source,
+        limit=limit + 1,
+    )
+    if len(rows) <= limit:
+        return AnomalyPage(rows, None, False)
+    next_step = rows[limit].step
+    whole = [row for row in rows[:limit] if row.step != next_step]
+    if whole:
+        return AnomalyPage(whole, next_step, False)
+    # One step has more rows than the page holds (a tiny `limit`): serve what
+    # fits and move on, saying so, rather than answering the same page forever.
+    return AnomalyPage(rows[:limit], next_step + 1, True)
 
 
 # Sources in the order an incident names them; the callback's comes first.

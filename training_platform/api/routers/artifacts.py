@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import mimetypes
 import posixpath
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import anyio
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep
 from training_platform.api.schemas import ErrorOut
 from training_platform.core.artifacts import (
+    MAX_FILES,
     ArtifactStream,
     list_artifacts,
     open_artifact,
@@ -48,7 +49,12 @@ class ArtifactListOut(BaseModel):
     root: str = Field(description="The profiles folder next to the metrics file.")
     profiles: list[ProfileRunOut] = Field(description="torch.profiler runs, one per step.")
     files: list[ArtifactOut] = Field(description="Every file, profiles included.")
-    truncated: bool = Field(description="True when the listing was cut at 10,000 files.")
+    truncated: bool = Field(
+        description="True when the listing was cut at `limit` files (10,000 at most)."
+    )
+
+
+DEFAULT_LISTED = 1_000
 
 
 def _reader(session: Session, settings: Settings, job_id: str) -> MetricsReader:
@@ -71,17 +77,23 @@ def _reader(session: Session, settings: Settings, job_id: str) -> MetricsReader:
     responses={404: {"model": ErrorOut}, 503: {"model": ErrorOut}},
 )
 def list_artifacts_route(
-    job_id: KnownJobId, session: SessionDep, settings: SettingsDep
+    job_id: KnownJobId,
+    session: SessionDep,
+    settings: SettingsDep,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_FILES, description="Files listed at most; more: `truncated`.")
+    ] = DEFAULT_LISTED,
 ) -> ArtifactListOut:
     """Files under `{job_id}_profiles/` next to the job's metrics file (local or SSH).
 
     Profiles taken by torch.profiler on chosen steps sit in `step_N/`
     (`trace.json` for Perfetto / chrome://tracing, `op_stats.csv`); run-wide
-    summaries such as `stage_times.json` sit at the top.
+    summaries such as `stage_times.json` sit at the top. At most `limit` files
+    (10,000 whatever is asked): past it the walk stops, `truncated: true`.
     """
     reader = _reader(session, settings, job_id)
     try:
-        listing = list_artifacts(reader)
+        listing = list_artifacts(reader, limit)
     finally:
         reader.close()
     files = [

@@ -14,8 +14,8 @@ from training_platform.api.series_schema import MetricsSeries
 from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS
 from training_platform.core.history_page import history_page, page_body
 from training_platform.core.metrics_query import (
+    anomaly_page,
     anomaly_row,
-    list_anomalies,
     merge_incidents,
 )
 from training_platform.core.series_query import downsampled_history
@@ -25,6 +25,8 @@ router = APIRouter(prefix="/monitoring/{job_id}", tags=["monitoring"])
 
 MAX_PAGE = 100_000
 MAX_POINTS = 20_000
+MAX_ANOMALIES = 10_000  # stored rows per page: ~2 MB of JSON at most
+DEFAULT_ANOMALIES = 5_000
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "Unknown job"}
 }
@@ -179,6 +181,14 @@ def anomalies(
             description="One row per source as stored, instead of one incident per (step, type)."
         ),
     ] = False,
+    limit: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_ANOMALIES,
+            description="Stored rows per page at most (pages by step; incidents <= rows).",
+        ),
+    ] = DEFAULT_ANOMALIES,
 ) -> AnomalyList:
     """Anomalies in step order: reported by the trainer's callback or found by the platform.
 
@@ -186,14 +196,29 @@ def anomalies(
     the platform found is listed once, with `sources` naming both (highest
     severity, the callback's message). `raw=true` lists the stored per-source
     rows. `source` filters the rows before they are merged.
+
+    A page holds at most `limit` stored rows, and only whole steps, so an
+    incident is never split across pages: when more remain, `next_start_step`
+    says where the next page starts. `truncated` is true only when one step
+    alone had more than `limit` rows and the rest of that step was left out.
     """
     _check_range(start_step, end_step)
-    rows = list_anomalies(
-        session, job_id=job_id, start_step=start_step, end_step=end_step, source=source
+    page = anomaly_page(
+        session,
+        job_id=job_id,
+        start_step=start_step,
+        end_step=end_step,
+        source=source,
+        limit=limit,
     )
-    found = [anomaly_row(row) for row in rows]
+    found = [anomaly_row(row) for row in page.rows]
     listed = found if raw else merge_incidents(found)
-    return AnomalyList(job_id=job_id, anomalies=[AnomalyOut.model_validate(a) for a in listed])
+    return AnomalyList(
+        job_id=job_id,
+        anomalies=[AnomalyOut.model_validate(a) for a in listed],
+        next_start_step=page.next_start_step,
+        truncated=page.truncated,
+    )
 
 
 @router.post(

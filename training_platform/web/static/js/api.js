@@ -80,3 +80,21 @@ function base64url(text) {
 }
 
 export const enc = encodeURIComponent;
+
+// Pages of anomalies a view reads at most (10,000 stored rows each): a run
+// with more is broken beyond what a list can show; its charts still mark them.
+const MAX_ANOMALY_PAGES = 10;
+
+/** Every stored anomaly of a job (incidents), following the API's pages by step. */
+export async function allAnomalies(jobId) {
+  const anomalies = [];
+  let start = null;
+  for (let page = 0; page < MAX_ANOMALY_PAGES; page += 1) {
+    const from = start === null ? "" : `&start_step=${start}`;
+    const body = await api(`/monitoring/${enc(jobId)}/metrics/anomalies?limit=10000${from}`);
+    anomalies.push(...body.anomalies);
+    if (body.next_start_step === null || body.next_start_step === undefined) break;
+    start = body.next_start_step;
+  }
+  return anomalies;
+}

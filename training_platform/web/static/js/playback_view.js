@@ -4,7 +4,7 @@
 // charts carry anomaly markers and a side panel lists the anomalies, both only up
 // to the step the playback has reached (a seek backwards takes them away again).
 
-import { api, enc, wsProtocols, wsUrl } from "./api.js";
+import { allAnomalies, api, enc, wsProtocols, wsUrl } from "./api.js";
 import { ChartBoard } from "./board.js";
 import { fmtStep, h } from "./format.js";
 import { renderAnomalies } from "./panels.js";
@@ -173,8 +173,7 @@ export class PlaybackView {
   /** The job's stored anomalies (platform and callback); shown as the playback reaches them. */
   async loadAnomalies() {
     try {
-      const body = await api(`/monitoring/${enc(this.jobId)}/metrics/anomalies`);
-      for (const anomaly of body.anomalies) this.anomalies.add(anomaly);
+      for (const anomaly of await allAnomalies(this.jobId)) this.anomalies.add(anomaly);
     } catch {
       return; // the records' own anomalies still show
     }

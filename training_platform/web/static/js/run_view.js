@@ -12,7 +12,7 @@
 // usual, no reload. Until the first record, "Waiting for the first step" stands
 // where the charts will be.
 
-import { api, enc } from "./api.js";
+import { allAnomalies, api, enc } from "./api.js";
 import { ChartBoard } from "./board.js";
 import {
   debounce, fmtAgo, fmtStep, fmtTime, frameThrottle, h, progressBar, statusBadge,
@@ -169,8 +169,7 @@ export class RunView {
   }
 
   async loadAnomalies() {
-    const body = await api(`/monitoring/${enc(this.jobId)}/metrics/anomalies`);
-    for (const anomaly of body.anomalies) this.addAnomaly(anomaly, false);
+    for (const anomaly of await allAnomalies(this.jobId)) this.addAnomaly(anomaly, false);
     this.showAnomalies();
   }
 
