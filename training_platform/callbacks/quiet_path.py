@@ -90,12 +90,9 @@ def fused_check(
     loss_states = tuple(
         (name, progress, spike._scales[name]) for name, progress in plateau._progress.items()
     )
-    follow_early, judge_trend = plateau._follow_early, plateau._judge_trend
-    stall, frozen = plateau.stall, plateau.frozen
-    window, trend_every, patience = config.window, plateau._trend_every, plateau._patience
-    half_window = window // 2  # `len(recent) // 2` of a full window
-    blocks_full = 3 * plateau._block  # `_Progress.blocks.maxlen`
-    min_delta, moved = plateau._min_delta, plateau._moved
+    # The plateau's per-loss step is the detector's own (a copy inlined here
+    # saved nothing measurable).
+    observe_plateau = plateau._observe
     windows = hacking._windows
     hacking_size = windows.size
     hacking_min_kl, hacking_kl_factor = config.hacking_min_kl, config.hacking_kl_factor
@@ -243,51 +240,5 @@ def fused_check(
             alert(plateau, step, plateau_findings, found)
         if spike_findings is not None:
             alert(spike, step, spike_findings, found)
-
-    def observe_plateau(progress: Any, name: str, loss: float) -> Finding | None:
-        """`LossPlateauDetector._observe`, step by step, its settings local."""
-        if progress.trending:
-            if progress.early_level is None:
-                follow_early(progress, loss)
-            else:
-                recent, limit = progress.recent, progress.trend_limit
-                if len(recent) == window and recent[0] <= limit:
-                    progress.below -= 1
-                recent.append(loss)
-                if loss <= limit:
-                    progress.below += 1
-                stale = progress.stale = progress.stale + 1
-                if stale >= trend_every and len(recent) == window:
-                    if progress.below <= half_window:
-                        progress.stale = 0  # `_judge_trend`'s verdict by the count
-                    else:
-                        judge_trend(progress)
-        blocks = progress.blocks
-        blocks.append(loss)
-        low, high = progress.band_low, progress.band_high
-        if loss < low:
-            low = loss
-        elif loss > high:
-            high = loss
-        band_steps = progress.band_steps
-        if band_steps and high - low <= min_delta:
-            progress.band_low, progress.band_high = low, high
-            band_steps += 1
-        else:
-            progress.band_low = progress.band_high = loss
-            band_steps = 1
-        progress.band_steps = band_steps
-        if loss < progress.low:
-            progress.low = loss
-        if loss > progress.high:
-            progress.high = loss
-        progress.seen += 1
-        if progress.armed and len(blocks) == blocks_full:
-            stalled = stall(progress, name)
-            if stalled is not None:
-                return stalled
-        if band_steps > patience and progress.high - progress.low > moved:
-            return frozen(progress, name, loss)
-        return None
 
     return check
