@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -276,6 +277,10 @@ def demo(
     # competes with the server's event loop for the GIL. DemoTrainer filters
     # the profiler's chatter from its output and reaps it when the run ends.
     trainer = DemoTrainer(command)
+    # uvicorn re-raises a SIGTERM it handled once the server is down: with the
+    # default disposition this process would die there, before `finally`
+    # stops the trainer, which would run on orphaned.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     url = f"http://{settings.host}:{settings.port}"
     typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
     typer.echo(f"  demo run {job_id!r} writes to {settings.metrics_dir}; Ctrl-C stops both.\n")
@@ -284,6 +289,10 @@ def demo(
         _run_server(settings, "info", access_log=False)
     finally:
         trainer.stop()  # SIGINT: the run ends "stopped", not "running" forever
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _register_tools() -> None:

@@ -179,3 +179,45 @@ def test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer(
     assert "GET /api/jobs" not in log  # no access log line per request
     for noise in ("USDT", "profiler_start", "profiler_stop", "CPUAllocator"):
         assert noise not in log, log
+
+
+def test_sigterm_to_the_demo_stops_its_trainer_too(tmp_path: Path) -> None:
+    """uvicorn re-raises a captured SIGTERM once it has shut down: with the
+    default disposition that killed the demo before it could stop its trainer,
+    which then ran on, orphaned, with nobody serving its run."""
+    port = _free_port()
+    metrics_dir = tmp_path / "metrics"
+    command = [
+        sys.executable, "-m", "training_platform", "demo", "--host", "127.0.0.1",
+        "--port", str(port), "--metrics-dir", str(metrics_dir),
+        "--database-url", f"sqlite:///{tmp_path / 'platform.db'}",
+        "--steps", "100000", "--step-delay", "0.05", "--lr-spike-at", "0",
+    ]  # fmt: skip
+    demo = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
+    )
+    trainers: list[tuple[int, str]] = []
+    try:
+        deadline = time.monotonic() + 120
+        running = False
+        while time.monotonic() < deadline and not running:
+            statuses = [read_status(p)["status"] for p in metrics_dir.glob("*_status.json")]
+            running = statuses == ["running"]
+            time.sleep(0.2)
+        assert running
+        trainers = _children(demo.pid)
+        assert len(trainers) == 1
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(timeout=30)
+        (trainer_pid, _state), *_ = trainers
+        while time.monotonic() < deadline and Path(f"/proc/{trainer_pid}").exists():
+            time.sleep(0.2)
+        assert not Path(f"/proc/{trainer_pid}").exists(), "the trainer outlived the demo"
+        (status_path,) = metrics_dir.glob("*_status.json")
+        assert read_status(status_path)["status"] == "stopped"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        for pid, _state in trainers:
+            if Path(f"/proc/{pid}").exists():
+                subprocess.run(["kill", "-9", str(pid)], check=False)
