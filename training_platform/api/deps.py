@@ -115,13 +115,23 @@ def known_job_id(job_id: JobIdPath, session: SessionDep, sync_service: SyncServi
 
     A job whose files just appeared in the metrics directory is discovered
     here rather than answered 404 until the next background round.
+
+    The request's session gives its connection back to the pool before
+    anything else runs: discovery, a sync on request or a download each take
+    connections of their own, and a pooled connection held across them let
+    as many concurrent requests as the pool holds wait on each other until
+    the pool's timeout (then every route answered 500).
     """
-    if session.get(Job, job_id) is None:
-        # Look again after discovering: the background round may have
-        # registered the job itself a moment ago (then discover() returns [] here).
-        sync_service.discover()
+    try:
         if session.get(Job, job_id) is None:
-            raise JobNotFoundError(f"job {job_id!r} not found")
+            session.close()
+            # Look again after discovering: the background round may have
+            # registered the job itself a moment ago (then discover() returns [] here).
+            sync_service.discover()
+            if session.get(Job, job_id) is None:
+                raise JobNotFoundError(f"job {job_id!r} not found")
+    finally:
+        session.close()  # the route checks a connection out again when it queries
     return job_id
 
 
