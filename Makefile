@@ -1,5 +1,5 @@
 # Short names for the usual tasks; each sets up what it needs first.
-.PHONY: install demo run test lint format bench
+.PHONY: install demo run test test-fast lint format bench
 
 install:
 	scripts/setup.sh run
@@ -10,16 +10,34 @@ demo: install
 run: install
 	.venv/bin/training-platform serve
 
+# CI (.ci/run) runs exactly this: the lint, the dashboard's JS unit tests, every test.
 test:
 	scripts/setup.sh test
-	.venv/bin/ruff check .
-	.venv/bin/ruff format --check .
+	$(MAKE) --no-print-directory lint
+	npm --prefix training_platform/web test
 	.venv/bin/pytest
 
+# The edit-test loop: all but the slow and browser tests (docs/testing.md); CI runs
+# `make test`, which runs everything. Sets up only when there is no test venv yet.
+# More pytest arguments: make test-fast PYTEST_ARGS="-x tests/api"
+test-fast: .venv/bin/pytest
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/pytest -m "not slow and not browser" $(PYTEST_ARGS)
+
+.venv/bin/pytest:
+	scripts/setup.sh test
+
+# Python: ruff; mypy --strict on the server core and the API (docs/architecture.md),
+# plain mypy on the rest. The dashboard's JavaScript: ESLint (docs/dashboard.md).
+STRICT_TYPED = training_platform/store training_platform/history training_platform/ingest \
+	training_platform/live training_platform/api training_platform/services.py
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy --strict $(STRICT_TYPED)
 	.venv/bin/mypy training_platform benchmarks
+	npm --prefix training_platform/web run lint
 
 format:
 	.venv/bin/ruff check --fix .

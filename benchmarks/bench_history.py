@@ -42,14 +42,14 @@ from sqlalchemy.orm import Session, sessionmaker
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire import build_record
-from training_platform.core.database import make_engine, make_session_factory, migrate_to_head
-from training_platform.core.metric_rows import METRIC_COLUMNS
-from training_platform.core.metrics_persister import upsert_metrics
-from training_platform.core.models import Job, TrainingMetric
-from training_platform.core.rollups import refresh_rollups
-from training_platform.core.series_query import downsampled_history
+from training_platform.callbacks.wire_records import build_record
+from training_platform.history.rollups import refresh_rollups
+from training_platform.history.series_query import downsampled_history
+from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
+from training_platform.store.database import make_engine, make_session_factory, migrate_to_head
+from training_platform.store.metric_rows import METRIC_COLUMNS
+from training_platform.store.models import Job, TrainingMetric
 
 JOB = "bench_history"
 BATCH = 10_000

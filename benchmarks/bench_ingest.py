@@ -36,18 +36,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training_platform.callbacks.wire import build_record, decode_line, encode_record
-from training_platform.core import metrics_persister
-from training_platform.core.database import (
+from training_platform.callbacks.wire_lines import decode_line, encode_record
+from training_platform.callbacks.wire_records import build_record
+from training_platform.ingest import metrics_file as metrics_persister
+from training_platform.ingest.metrics_file import sync_metrics_from_file
+from training_platform.ingest.readers import LocalMetricsReader
+from training_platform.ingest.registry import discover_jobs
+from training_platform.store.database import (
     make_engine,
     make_session_factory,
     migrate_to_head,
 )
-from training_platform.core.jobs import discover_jobs
-from training_platform.core.metric_rows import ROW_KEYS, record_to_params
-from training_platform.core.metrics_persister import sync_metrics_from_file
-from training_platform.core.metrics_reader import LocalMetricsReader
-from training_platform.core.models import TrainingMetric
+from training_platform.store.metric_rows import ROW_KEYS, record_to_params
+from training_platform.store.models import TrainingMetric
 
 JOB = "bench"
 POSTGRES_URL = os.environ.get(

@@ -12,9 +12,9 @@ import logging.config
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from training_platform.core import models, rollups  # noqa: F401  (registers the tables)
-from training_platform.core.database import Base, make_engine
 from training_platform.settings import Settings
+from training_platform.store import models  # noqa: F401  (registers the tables)
+from training_platform.store.database import Base, make_engine
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("connection") is None:

@@ -51,7 +51,8 @@ fi
 # The browser assets (uPlot, Swagger UI, ReDoc) come from the npm registry,
 # pinned by package-lock.json. A source checkout serves them from
 # training_platform/web/node_modules; building a wheel copies them into it
-# (setup.py, docs/dashboard.md). npm is a build-time tool, never a run-time one.
+# (setup.py, docs/dashboard.md). npm is a build-time tool, never a run-time one;
+# its dev packages (ESLint) lint the dashboard's JavaScript in `make lint`.
 command -v npm >/dev/null || apt_install nodejs npm
 if [ ! -f training_platform/web/node_modules/.package-lock.json ] ||
     [ training_platform/web/package-lock.json -nt training_platform/web/node_modules/.package-lock.json ]; then

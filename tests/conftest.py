@@ -1,38 +1,44 @@
 """Shared fixtures: a fresh database per test on SQLite and PostgreSQL, settings, app.
 
 `TEST_DATABASES` picks the backends (default "sqlite,postgresql");
-`TEST_POSTGRES_URL` points at a server where we may create a scratch
-database (default the local one, user postgres, database test). Without a
-reachable server the PostgreSQL variants skip, saying why.
+`TEST_POSTGRES_URL` points at a server where we may create scratch
+databases (default the local one, user postgres, database test; see
+`tests/fixtures_postgres.py`, whose `scratch_postgres` fixture is the only
+place that makes them). Without a reachable server the PostgreSQL variants
+skip, saying why.
+
+Markers are also given here, by rule (`pytest_collection_modifyitems`), so the
+fast lane (`make test-fast`, `-m "not slow and not browser"`) needs no
+decorator in the tests: see docs/testing.md.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.api.main import create_app
-from training_platform.core.database import make_engine, make_session_factory, migrate_to_head
 from training_platform.settings import Settings
+from training_platform.store.database import make_engine, make_session_factory, migrate_to_head
 
-pytest_plugins = ["tests.fixtures_sshd"]
+if TYPE_CHECKING:  # imported as a plugin below, so that pytest rewrites its asserts
+    from tests.fixtures_postgres import MigratedPostgres
+
+pytest_plugins = ["tests.fixtures_postgres", "tests.fixtures_sshd"]
 
 # Starlette's TestClient sends `Host: testserver`, which the server's Host check
 # (api/security.py) refuses unless allowed; tests that check Host set their own.
 os.environ.setdefault("PLATFORM_ALLOWED_HOSTS", "testserver")
 
-POSTGRES_URL = os.environ.get(
-    "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 BACKENDS = [
     name.strip()
     for name in os.environ.get("TEST_DATABASES", "sqlite,postgresql").split(",")
@@ -41,52 +47,75 @@ BACKENDS = [
 _TABLES = ("anomalies", "training_metrics", "sync_state", "jobs", "deleted_jobs")
 
 
-class _PostgresServer:
-    """One scratch database per test session, migrated once, truncated per test."""
+# --- markers by rule ------------------------------------------------------------------
+# `make test-fast` runs -m "not slow and not browser"; CI (`make test`) runs everything.
+# Rather than decorating tests, the markers are given here:
+#   browser   every test that uses the `browser` fixture (headless Chromium; `page` uses it)
+#   slow      everything under tests/soak/, and the tests named in SLOW_TESTS below,
+#             each measured at over ~2 s (subprocesses, real servers, long runs)
+#   ssh       every test that uses the session's sshd (`sshd`, `sshd_server`)
+#   postgres  the PostgreSQL variant of a backend-parametrised test, and any test that
+#             asks `scratch_postgres` for a database without a backend parameter
+# Tests may still carry the markers themselves (the soak, the wheel install, ...).
 
-    def __init__(self) -> None:
-        self.url: str | None = None
-        self.skip_reason: str | None = None
-        self._admin: Engine | None = None
-
-    def start(self) -> str:
-        if self.url or self.skip_reason:
-            if self.skip_reason:
-                pytest.skip(self.skip_reason)
-            assert self.url
-            return self.url
-        admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as connection:
-                connection.execute(text("SELECT 1"))
-        except Exception as exc:
-            reason = exc.__class__.__name__
-            self.skip_reason = f"PostgreSQL not reachable at {POSTGRES_URL}: {reason}"
-            admin.dispose()
-            pytest.skip(self.skip_reason)
-        name = f"tp_test_{uuid.uuid4().hex[:12]}"
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-        self._admin = admin
-        self.url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-        engine = make_engine(self.url)
-        migrate_to_head(engine)
-        engine.dispose()
-        return self.url
-
-    def stop(self) -> None:
-        if self._admin is not None and self.url is not None:
-            name = make_url(self.url).database
-            with self._admin.connect() as connection:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            self._admin.dispose()
+SLOW_DIRS = ("soak",)  # directories under tests/
+# "file name::test function" (any directory, every parametrisation), each measured at over
+# ~2 s on a 2-core machine: `pytest --durations=30 -m "not slow and not browser"` finds more.
+# A whole-suite run warns about entries that match no test (renamed or removed).
+SLOW_TESTS = frozenset(
+    {
+        # callbacks: subprocesses and real trainers
+        "test_demo.py::test_a_long_healthy_demo_run_learns_and_raises_no_false_alarm",
+        "test_demo.py::test_sigterm_to_the_demo_stops_its_trainer_too",
+        "test_demo.py::test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer",
+        "test_status_transitions.py::test_a_status_file_never_goes_back_while_both_threads_write_it",
+        "test_detector_cost.py::test_the_fused_path_equivalence_runs_see_every_kind_of_anomaly",
+        # ingest and history
+        "test_persister.py::test_a_killed_sync_process_resumes_without_loss_or_duplicate",
+        "test_persister.py::test_many_small_appends_arrive_in_order",
+        "test_downsample.py::test_a_long_run_comes_back_as_exact_bucket_summaries",
+        "test_migrations.py::test_migrate_command_upgrades_then_is_a_no_op",
+        # API: real servers, many clients, timeouts waited out
+        "test_slow_clients.py::test_sigterm_stops_the_server_promptly_with_stalled_clients_and_a_seek_flood",
+        "test_slow_clients.py::test_clients_that_never_read_are_closed_by_the_send_timeout",
+        "test_slow_clients.py::test_clients_that_never_read_are_closed_by_the_ping_timeout",
+        "test_ssh_jobs_api.py::test_an_unreachable_host_is_503_on_sync_and_recovers",
+        "test_live_fanout.py::test_fifty_clients_get_everything_while_a_slow_one_is_dropped",
+        "test_live_fanout.py::test_a_client_that_stops_answering_pings_is_dropped",
+        "test_artifact_safety.py::test_a_file_swapped_for_a_fifo_answers_promptly_and_pins_nothing",
+        "test_artifact_safety.py::test_a_file_swapped_for_a_symlink_never_leaks_the_outside",
+        "test_live_progress.py::test_progress_reaches_status_only_clients_coalesced_and_identical",
+    }
+)
+_BACKEND_NAMES = ("sqlite", "postgresql")
 
 
-@pytest.fixture(scope="session")
-def _postgres() -> Iterator[_PostgresServer]:
-    server = _PostgresServer()
-    yield server
-    server.stop()
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_dir = Path(__file__).parent
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "browser" in fixtures:
+            item.add_marker(pytest.mark.browser)
+        if "sshd_server" in fixtures:
+            item.add_marker(pytest.mark.ssh)
+        relative = item.path.relative_to(tests_dir) if item.path.is_relative_to(tests_dir) else None
+        name = getattr(item, "originalname", item.name)
+        if (relative is not None and relative.parts[0] in SLOW_DIRS) or (
+            f"{item.path.name}::{name}" in SLOW_TESTS
+        ):
+            item.add_marker(pytest.mark.slow)
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        backends = {value for value in params if isinstance(value, str)} & set(_BACKEND_NAMES)
+        if "postgresql" in backends or (not backends and "scratch_postgres" in fixtures):
+            item.add_marker(pytest.mark.postgres)
+    if config.args_source is pytest.Config.ArgsSource.TESTPATHS:
+        seen = {f"{item.path.name}::{getattr(item, 'originalname', item.name)}" for item in items}
+        if stale := sorted(SLOW_TESTS - seen):
+            warnings.warn(
+                pytest.PytestWarning(f"tests/conftest.py SLOW_TESTS matches no test: {stale}"),
+                stacklevel=1,
+            )
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +132,7 @@ def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def database_url(
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    _postgres: _PostgresServer,
+    migrated_postgres: MigratedPostgres,
     _sqlite_template: Path,
 ) -> str:
     """The URL of an empty, migrated database of the parametrised backend."""
@@ -111,12 +140,7 @@ def database_url(
         path = tmp_path / "platform.db"
         shutil.copyfile(_sqlite_template, path)
         return f"sqlite:///{path}"
-    url = _postgres.start()
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        connection.execute(text(f"TRUNCATE {', '.join(_TABLES)} RESTART IDENTITY CASCADE"))
-    engine.dispose()
-    return url
+    return migrated_postgres.truncate(_TABLES)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.sshd_server import SSHServer, sshd_unavailable_reason
-from training_platform.core.ssh import SSHTarget
+from training_platform.ingest.ssh import SSHTarget
 
 
 @dataclass

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,12 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import inspect, text
 
-from tests.conftest import BACKENDS, POSTGRES_URL
+from tests.conftest import BACKENDS
 from training_platform.api.main import create_app
-from training_platform.core.database import (
+from training_platform.settings import Settings
+from training_platform.store.database import (
     SchemaOutOfDateError,
     alembic_config,
     current_revision,
@@ -27,33 +26,18 @@ from training_platform.core.database import (
     make_engine,
     prepare_schema,
 )
-from training_platform.settings import Settings
 
 TABLES = {"jobs", "training_metrics", "anomalies", "sync_state", "deleted_jobs"}
 
 
 @pytest.fixture(params=BACKENDS)
-def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def empty_database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, scratch_postgres: Callable[[], str]
+) -> str:
     """A database with nothing in it (not even alembic_version)."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text("SELECT 1"))
-    except Exception as exc:
-        admin.dispose()
-        pytest.skip(f"PostgreSQL not reachable at {POSTGRES_URL}: {exc.__class__.__name__}")
-    name = f"tp_mig_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        return f"sqlite:///{tmp_path / 'empty.db'}"
+    return scratch_postgres()
 
 
 def test_the_migration_tree_has_a_single_head() -> None:
@@ -154,7 +138,7 @@ def test_the_alembic_config_is_built_in_code_and_agrees_with_alembic_ini() -> No
     """A wheel has no alembic.ini: the code needs none, and says what the file says."""
     from configparser import ConfigParser
 
-    from training_platform.core.database import REPO_MIGRATIONS, migrations_dir
+    from training_platform.store.database import REPO_MIGRATIONS, migrations_dir
 
     config = alembic_config()
     assert config.config_file_name is None
@@ -170,7 +154,7 @@ def test_the_alembic_config_is_built_in_code_and_agrees_with_alembic_ini() -> No
 def test_the_packaged_scripts_come_first_and_none_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from training_platform.core import database
+    from training_platform.store import database
 
     packaged = tmp_path / "_migrations"
     monkeypatch.setattr(database, "PACKAGED_MIGRATIONS", packaged)
@@ -182,3 +166,41 @@ def test_the_packaged_scripts_come_first_and_none_is_a_clear_error(
     monkeypatch.setattr(database, "REPO_MIGRATIONS", tmp_path / "none")
     with pytest.raises(database.MigrationsMissingError, match="reinstall the package"):
         alembic_config()
+
+
+def test_0004_keys_sync_state_by_kind_and_keeps_each_jobs_offset(
+    empty_database_url: str,
+) -> None:
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0003")
+    engine = make_engine(empty_database_url)
+    job = (
+        "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected, created_at)"
+        " VALUES ('run1', 'local', true, 'running', false, 1.0)"
+    )
+    state = (
+        'INSERT INTO sync_state (job_id, {kind}"offset", discarding, lines_malformed,'
+        " lines_oversized, records_ingested, resets) VALUES ('run1', {value}{offset}, false,"
+        " 0, 0, 7, 0)"
+    )
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(job))
+            connection.execute(text(state.format(kind="", value="", offset=42)))
+
+        command.upgrade(config, "head")
+
+        with engine.begin() as connection:
+            rows = connection.execute(text('SELECT job_id, kind, "offset" FROM sync_state'))
+            assert rows.all() == [("run1", "metrics", 42)]  # the old row is the metrics file's
+            # A second kind of file of the same job has its own row.
+            connection.execute(text(state.format(kind="kind, ", value="'samples', ", offset=9)))
+        columns = inspect(engine).get_pk_constraint("sync_state")["constrained_columns"]
+        assert sorted(columns) == ["job_id", "kind"]
+
+        command.downgrade(config, "0003")
+        with engine.connect() as connection:
+            rows = connection.execute(text('SELECT job_id, "offset" FROM sync_state'))
+            assert rows.all() == [("run1", 42)]  # only the metrics row fits the old table
+    finally:
+        engine.dispose()

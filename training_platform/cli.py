@@ -95,7 +95,7 @@ def _known_errors(database_url: str | None = None) -> Iterator[None]:
 
 
 def _open_engine(url: str) -> Engine:
-    from training_platform.core.database import make_engine
+    from training_platform.store.database import make_engine
 
     try:
         return make_engine(url)
@@ -173,7 +173,7 @@ def migrate(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Upgrade the database schema to the newest revision (a no-op when current)."""
-    from training_platform.core.database import current_revision, migrate_to_head
+    from training_platform.store.database import current_revision, migrate_to_head
 
     settings = _settings(DATABASE_URL=database_url)
     with _known_errors(settings.database_url):
@@ -199,8 +199,9 @@ def sync(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Discover jobs and ingest new lines once, without starting the server."""
-    from training_platform.core.database import make_session_factory, prepare_schema
-    from training_platform.core.live_hub import LiveHub
+    from training_platform.ingest.polling import poll_once
+    from training_platform.services import build_services
+    from training_platform.store.database import make_session_factory, prepare_schema
 
     settings = _settings(PLATFORM_METRICS_DIR=metrics_dir, DATABASE_URL=database_url)
     directory = settings.metrics_dir
@@ -215,17 +216,17 @@ def sync(
         )
     with _known_errors(settings.database_url):
         engine = _open_engine(settings.database_url)
-        # The hub's service runs the platform's diagnosis after each commit, as the
-        # server does; no event loop is needed for that.
-        service = LiveHub.create(make_session_factory(engine), settings).service
+        # Built as the server builds them: the platform's diagnosis runs after
+        # each commit, stalls are marked; no event loop is needed for that.
+        services = build_services(make_session_factory(engine), settings)
         try:
             prepare_schema(engine, auto_migrate=settings.auto_migrate)
             if job_id is not None:
-                outcomes = {job_id: service.sync_job(job_id)}
+                outcomes = {job_id: services.sync.sync_job(job_id)}
             else:
-                outcomes = service.poll_once()
+                outcomes = poll_once(services.sync, services.poll_rule)
         finally:
-            service.close()
+            services.close()
             engine.dispose()
     if not outcomes:
         typer.echo(f"no jobs: none registered and none in {str(directory)!r}")

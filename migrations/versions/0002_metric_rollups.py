@@ -42,7 +42,7 @@ def upgrade() -> None:
 
 def _backfill() -> None:
     """Buckets for the rows stored before this revision (later rows get theirs at ingestion)."""
-    from training_platform.core.rollups import rebuild_rollups
+    from training_platform.history.rollups import rebuild_rollups
 
     session = Session(bind=op.get_bind())
     job_ids = session.scalars(sa.text("SELECT DISTINCT job_id FROM training_metrics")).all()

@@ -24,12 +24,12 @@ from tests.api.live_support import (
 )
 from training_platform.api.main import create_app
 from training_platform.api.websocket import CLOSE_TRY_AGAIN
-from training_platform.callbacks.wire import build_record, encode_record
-from training_platform.core.database import make_session_factory as session_factory_for
-from training_platform.core.jobs import summarize_jobs
-from training_platform.core.models import Anomaly, Job, SyncState, TrainingMetric
-from training_platform.core.rollups import MetricRollup
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
 from training_platform.settings import Settings
+from training_platform.store.database import make_session_factory as session_factory_for
+from training_platform.store.jobs import summarize_jobs
+from training_platform.store.models import Anomaly, Job, MetricRollup, SyncState, TrainingMetric
 
 
 def write_job(directory: Path, job_id: str, steps: int = 3) -> Path:
@@ -274,7 +274,7 @@ def test_a_stalled_run_or_a_flag_in_the_status_file_is_a_warning(
     for job_id in ("silent", "flagged"):
         client.post(f"/api/monitoring/{job_id}/metrics/sync")
     # What the live pipeline writes when a running job's file goes silent
-    # (tests/core cover when it decides so).
+    # (tests/live cover when it decides so).
     with session_factory.begin() as session:
         session.execute(update(Job).where(Job.job_id == "silent").values(status="stalled"))
 
@@ -427,4 +427,4 @@ def test_delete_disconnects_live_subscribers_and_stops_the_live_sync(
         append_steps(run1, range(3, 6))  # the trainer goes on; file events keep coming
         time.sleep(1.0)  # several background rounds
         assert httpx.get(server.http_url("/api/jobs")).json() == {"jobs": []}
-        assert server.hub.pipeline.stall.silent_for("run1") is None
+        assert server.hub.service.stall.silent_for("run1") is None

@@ -10,8 +10,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire import build_record, encode_record
-from training_platform.core.models import Job
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
+from training_platform.store.models import Job
 
 
 def write_job(directory: Path, job_id: str, *, anomaly: str | None = None) -> None:

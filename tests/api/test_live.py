@@ -24,6 +24,8 @@ from tests.api.live_support import (
     record_line,
     wait_for,
 )
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
 from training_platform.settings import Settings
 
 LIVE = "/api/monitoring/run1/live"
@@ -166,6 +168,33 @@ def test_non_finite_values_are_strings_and_anomalies_are_announced(
     assert (anomaly["step"], anomaly["source"]) == (3, "platform")
     assert anomaly["type"] in {"nan_inf", "kl_explosion"}
     assert {(a["step"], a["source"]) for a in stored.json()["anomalies"]} == {(3, "platform")}
+
+
+def test_a_callback_anomaly_goes_out_once_as_the_row_that_was_stored(
+    settings: Settings, run1: Path
+) -> None:
+    quiet = live_settings(settings, diagnostics_enabled=False)  # the callback's finding alone
+    flagged = build_record(
+        3,
+        {"loss": {"total_loss": 0.5}},
+        timestamp=1_700_000_003.0,
+        anomalies=[{"type": "loss_spike", "severity": "warning", "message": "spike"}],
+    )
+    with live_server(quiet) as server, open_ws(server.ws_url(LIVE)) as ws:
+        assert receive(ws)["type"] == "status"
+        append_steps(run1, range(3))
+        with run1.open("ab") as handle:
+            handle.write(encode_record(flagged))
+        messages = receive_until(ws, lambda ms: any(m["type"] == "anomaly" for m in ms))
+        append_steps(run1, [4])  # and whatever else was to come for step 3 arrives before it
+        messages += receive_until(ws, lambda ms: 4 in metric_steps(ms))
+        stored = httpx.get(server.http_url("/api/monitoring/run1/metrics/anomalies"), timeout=10)
+
+    announced = [m["data"] for m in messages if m["type"] == "anomaly"]
+    (row,) = stored.json()["anomalies"]
+    assert len(announced) == 1  # one message, one kind: not rebuilt, not repeated
+    assert {key: announced[0][key] for key in row} == row  # the stored row, created_at included
+    assert announced[0]["sources"] == ["callback"]
 
 
 def test_manual_sync_racing_the_background_one_announces_each_record_once(

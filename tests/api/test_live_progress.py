@@ -21,9 +21,10 @@ from tests.api.live_support import (
     receive,
     receive_until,
 )
-from training_platform.callbacks.wire import build_record, encode_record
-from training_platform.core.live import JobChannel, Message, status_messages
-from training_platform.core.live_progress import StatusCoalescer
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
+from training_platform.live.channels import JobChannel, Message, status_messages
+from training_platform.live.status_coalescer import StatusCoalescer
 from training_platform.settings import Settings
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from training_platform.callbacks.wire import build_record, encode_record
-from training_platform.core.metrics_query import merge_incidents
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
+from training_platform.history.metrics_query import merge_incidents
 
 # Written as a person would, in the contract's format (long lines on purpose).
 HAND_WRITTEN = b"""{"step": 0, "timestamp": 1704672000.0, "loss": {"actor_loss": 2.5, "critic_loss": 1.2, "total_loss": 3.7}, "reward": {"mean": 0.5, "std": 0.1, "max": 0.7, "min": 0.3}, "kl": {"mean": 0.1, "max": 0.15}, "gradient": {"actor_norm": 1.5, "critic_norm": 0.8}, "performance": {"tokens_per_second": 1000.0, "step_time": 2.5, "gpu_memory_allocated": 40.5}, "timing": {"rollout": 1.2, "reward": 0.3}, "extra": {"actor/entropy": 0.91, "response_length/mean": 312.0}}

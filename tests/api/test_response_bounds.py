@@ -27,16 +27,16 @@ from training_platform.api.routers.monitoring import (
     MAX_ANOMALIES,
     MAX_PAGE,
     MAX_POINTS,
-    MAX_STEP,
 )
-from training_platform.core.artifacts import MAX_FILES
-from training_platform.core.database import make_engine, make_session_factory
-from training_platform.core.history_page import history_page
-from training_platform.core.metric_rows import ROW_KEYS
-from training_platform.core.metrics_persister import upsert_metrics
-from training_platform.core.models import Anomaly, Job
-from training_platform.core.rollups import refresh_rollups
+from training_platform.callbacks.wire import MAX_STEP
+from training_platform.history.history_page import history_page
+from training_platform.history.rollups import refresh_rollups
+from training_platform.ingest.artifacts import MAX_FILES
+from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
+from training_platform.store.database import make_engine, make_session_factory
+from training_platform.store.metric_rows import ROW_KEYS
+from training_platform.store.models import Anomaly, Job
 
 JOB = "big"
 TIGHT_BYTES = 4 << 20  # the setting's minimum: the bounds bite on a modest run

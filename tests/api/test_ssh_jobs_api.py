@@ -9,7 +9,8 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures_sshd import SSHD
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire import build_record, encode_record
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
 from training_platform.settings import Settings
 
 

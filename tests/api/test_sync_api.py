@@ -12,9 +12,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire import build_record, encode_record
-from training_platform.core.models import SyncState, TrainingMetric
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
 from training_platform.settings import Settings
+from training_platform.store.models import SyncState, TrainingMetric
 
 BACKLOG = 4_000  # lines; with 4 KiB batches, ~100 transactions: far more than the budget allows
 
@@ -82,7 +83,7 @@ def test_a_long_backlog_answers_within_the_budget_and_the_rest_follows_in_the_ba
 
     assert job["metrics_count"] == BACKLOG
     with session_factory() as session:
-        state = session.get(SyncState, "big")
+        state = session.get(SyncState, ("big", "metrics"))
         assert state is not None
         # Every line ingested exactly once, whichever sync read it.
         assert (state.offset, state.records_ingested) == (size, BACKLOG)
@@ -103,7 +104,7 @@ def test_manual_syncs_racing_the_background_one_ingest_every_line_once(
     offsets = [answer["offset"] for answer in answers]
     assert offsets == sorted(offsets)  # each sync went on from where the last one stopped
     with session_factory() as session:
-        state = session.get(SyncState, "big")
+        state = session.get(SyncState, ("big", "metrics"))
         assert state is not None and state.offset == path.stat().st_size
         assert state.records_ingested == BACKLOG
         rows = session.scalar(
@@ -179,6 +180,6 @@ def test_deleting_a_job_stops_its_background_catch_up_promptly(
             select(func.count()).select_from(TrainingMetric).where(TrainingMetric.job_id == "huge")
         )
         assert stored == 0
-        assert session.get(SyncState, "huge") is None
+        assert session.get(SyncState, ("huge", "metrics")) is None
     assert budgeted_client.get("/api/jobs/huge").status_code == 404
     assert path.exists()

@@ -37,7 +37,7 @@ from training_platform.callbacks.detector_windows import (
 from training_platform.callbacks.detectors import EntropyCollapseDetector, NonFiniteDetector
 from training_platform.callbacks.loss_detectors import LossPlateauDetector, LossSpikeDetector
 from training_platform.callbacks.step_metrics import MetricsMerger, OpenStep
-from training_platform.callbacks.wire import build_record
+from training_platform.callbacks.wire_records import build_record
 
 
 def noisy_values(rng: random.Random, count: int) -> Iterator[float]:

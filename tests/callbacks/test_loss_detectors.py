@@ -20,7 +20,7 @@ from tests.callbacks.loss_streams import (
 from training_platform.callbacks import PlatformCallback
 from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
 from training_platform.callbacks.integrations.verl import VerlTrackingBackend
-from training_platform.callbacks.wire import build_record
+from training_platform.callbacks.wire_records import build_record
 
 PATIENCE = AnomalyConfig().loss_patience
 FALLING = [stream for stream in STREAMS if stream.falling_key is not None]

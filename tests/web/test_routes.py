@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from tests.web.conftest import make_record
 from training_platform.api.main import create_app
 from training_platform.api.routers import dashboard
-from training_platform.callbacks.wire import encode_record
+from training_platform.callbacks.wire_lines import encode_record
 from training_platform.settings import Settings
 
 
@@ -110,6 +110,22 @@ def test_browser_assets_are_pinned_exactly_in_both_npm_files() -> None:
     assert set(manifest["servedFiles"]) <= set(manifest["dependencies"])
     for package, files in manifest["servedFiles"].items():
         assert "LICENSE" in files, f"{package} ships without its licence"
+
+
+def test_js_dev_tools_are_pinned_exactly_and_never_served() -> None:
+    # ESLint & co. lint and test the dashboard's JS (docs/dashboard.md); they are
+    # build-time only, so none of them may be served or copied into the wheel.
+    manifest = json.loads((dashboard.WEB_DIR / "package.json").read_text())
+    locked = json.loads((dashboard.WEB_DIR / "package-lock.json").read_text())["packages"]
+    dev = manifest["devDependencies"]
+    assert "eslint" in dev
+    assert locked[""]["devDependencies"] == dev
+    for package, version in dev.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{package} {version} is not exact"
+        assert locked[f"node_modules/{package}"]["version"] == version, package
+        assert locked[f"node_modules/{package}"]["dev"] is True, package
+    assert not set(dev) & set(manifest["servedFiles"])
+    assert manifest["scripts"] == {"lint": "eslint .", "test": "node --test tests/*.test.js"}
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

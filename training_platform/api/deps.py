@@ -14,9 +14,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire import JOB_ID_PATTERN
-from training_platform.core.models import Job
-from training_platform.core.sync_service import SyncService
 from training_platform.errors import JobNotFoundError
+from training_platform.ingest.sync_service import SyncService
 from training_platform.settings import Settings
 
 
@@ -110,28 +109,18 @@ JobIdPath = Annotated[
 ]
 
 
-def known_job_id(job_id: JobIdPath, session: SessionDep, sync_service: SyncServiceDep) -> str:
+def known_job_id(job_id: JobIdPath, sync_service: SyncServiceDep) -> str:
     """The path's job id once the job is known, else 404.
 
     A job whose files just appeared in the metrics directory is discovered
-    here rather than answered 404 until the next background round.
-
-    The request's session gives its connection back to the pool before
-    anything else runs: discovery, a sync on request or a download each take
-    connections of their own, and a pooled connection held across them let
-    as many concurrent requests as the pool holds wait on each other until
-    the pool's timeout (then every route answered 500).
+    here rather than answered 404 until the next background round. The check
+    holds no pooled connection of the request's: discovery, a sync on request
+    or a download take connections of their own, and a request holding one
+    across them let as many concurrent requests as the pool holds wait on
+    each other until the pool's timeout (then every route answered 500).
     """
-    try:
-        if session.get(Job, job_id) is None:
-            session.close()
-            # Look again after discovering: the background round may have
-            # registered the job itself a moment ago (then discover() returns [] here).
-            sync_service.discover()
-            if session.get(Job, job_id) is None:
-                raise JobNotFoundError(f"job {job_id!r} not found")
-    finally:
-        session.close()  # the route checks a connection out again when it queries
+    if not sync_service.is_known(job_id):
+        raise JobNotFoundError(f"job {job_id!r} not found")
     return job_id
 
 

@@ -20,9 +20,9 @@ from training_platform.api.deps import reject_unknown_query_params, require_toke
 from training_platform.api.errors import install_error_handlers
 from training_platform.api.routers import artifacts, dashboard, jobs, live, monitoring, playback
 from training_platform.api.security import install_security
-from training_platform.core.database import make_engine, make_session_factory, prepare_schema
-from training_platform.core.live_hub import LiveHub
+from training_platform.services import Services, build_services
 from training_platform.settings import Settings
+from training_platform.store.database import make_engine, make_session_factory, prepare_schema
 
 logger = logging.getLogger(__name__)
 
@@ -33,22 +33,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
-        hub: LiveHub | None = None
+        services: Services | None = None
         try:
             await run_in_threadpool(prepare_schema, engine, auto_migrate=settings.auto_migrate)
             app.state.engine = engine
             app.state.session_factory = make_session_factory(engine)
-            # The hub owns the sync service, so every sync, background or
-            # manual, feeds the live stream and the platform's diagnosis.
-            hub = LiveHub.create(app.state.session_factory, settings)
-            app.state.live_hub = hub
-            app.state.sync_service = hub.service
-            await hub.start()
+            # One sync service for background and manual syncs alike, so each
+            # feeds the live stream and the platform's diagnosis.
+            services = build_services(app.state.session_factory, settings)
+            app.state.live_hub = services.hub
+            app.state.sync_service = services.sync
+            await services.hub.start()
             yield
         finally:
-            if hub is not None:
-                await hub.stop()
-                await run_in_threadpool(hub.service.close)
+            if services is not None:
+                await services.hub.stop()
+                await run_in_threadpool(services.close)
             engine.dispose()
 
     app = FastAPI(

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from training_platform.callbacks.wire import JOB_ID_PATTERN
-from training_platform.core.safe_paths import check_path_text
+from training_platform.ingest.safe_paths import check_path_text
 
 JobId = Annotated[
     str,

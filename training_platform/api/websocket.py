@@ -32,7 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from training_platform.api.errors import status_for
 from training_platform.api.ws_protocol import protocol_class
-from training_platform.callbacks.wire import JOB_ID_PATTERN
+from training_platform.callbacks.wire import JOB_ID_PATTERN, MAX_STEP
 from training_platform.errors import InvalidParameterError, PlatformError
 from training_platform.settings import Settings
 
@@ -43,7 +43,6 @@ CLOSE_POLICY: Final = 1008  # bad parameters, unknown job
 CLOSE_TOO_BIG: Final = 1009  # a client message over the size cap
 CLOSE_INTERNAL: Final = 1011
 CLOSE_TRY_AGAIN: Final = 1013  # too slow to keep up: reconnect (with since_step)
-MAX_STEP: Final = 2**63 - 1
 # Browsers cannot set headers on a WebSocket handshake, and a token in the URL
 # lands in access logs: they offer ["training-platform",
 # "training-platform.token.<base64url of the token>"] as subprotocols instead;
@@ -180,7 +179,7 @@ def query_params(websocket: WebSocket, allowed: tuple[str, ...]) -> dict[str, st
 
 
 def step_param(params: Mapping[str, str], name: str) -> int | None:
-    """An optional step: an integer from 0 to 2**63-1."""
+    """An optional step: an integer from 0 to `MAX_STEP` (2**63-1)."""
     raw = params.get(name)
     if raw is None:
         return None

@@ -50,7 +50,7 @@ class Callback:
 
     Steps are the optimizer steps of the run (what `step` means in a record).
     `metrics` may be flat trainer keys or record groups (docs/contract.md §2;
-    see `wire.build_record`).
+    see `wire_records.build_record`).
     """
 
     def on_train_begin(self, total_steps: int | None = None) -> None:

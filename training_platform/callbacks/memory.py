@@ -9,7 +9,8 @@ stay quiet.
 
 torch is never imported here: it is used once the trainer has imported it, and
 CUDA is only queried once the process has initialised it itself (querying
-first would create a CUDA context, ~500 MiB, on every visible GPU).
+first would create a CUDA context, which holds GPU memory, on every visible
+GPU).
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ class MemorySnapshot:
 def rss_reader() -> Callable[[], int | None]:
     """A function returning this process's resident set size in bytes (or None).
 
-    On Linux it re-reads /proc/self/statm through a descriptor kept open (about
-    4 µs, a tenth of psutil's ~40 µs: this runs every training step); psutil
-    elsewhere; None where neither works.
+    On Linux it re-reads /proc/self/statm through a descriptor kept open (far
+    cheaper than psutil, see docs/benchmarks.md, Profiling kit: this runs
+    every training step); psutil elsewhere; None where neither works.
     """
     if os.path.exists("/proc/self/statm"):
         return _StatmReader()
@@ -229,8 +230,9 @@ class MemoryMonitor:
     Memory is sampled after a step when at least `min_interval_s` has passed
     since the last sample (and after the first step): every step of a real
     run, whose steps take longer, but not every step of a millisecond loop,
-    where reading memory (a syscall, ~2-30 µs) would cost more than the 1%
-    the kit may take. Records of unsampled steps carry no memory figures.
+    where reading memory (a syscall: docs/benchmarks.md, Profiling kit) would
+    cost more than the 1% the kit may take. Records of unsampled steps carry
+    no memory figures.
 
     `track_rss` (default on) also follows host memory when a GPU is in use:
     rollout buffers and logged Python objects leak on the host too.
@@ -281,7 +283,8 @@ class MemoryMonitor:
         torch is never imported here (a process without it loaded has no CUDA
         tensors, and importing it costs seconds); until the trainer imports it
         this is asked again each step. Then `is_available()` is asked once: it
-        cannot change within a process, and costs ~20 µs a call.
+        cannot change within a process, and is not cheap (docs/benchmarks.md,
+        Profiling kit).
         """
         if not self._cuda_checked:
             torch = sys.modules.get("torch")

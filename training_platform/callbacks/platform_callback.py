@@ -3,11 +3,12 @@
 The training thread only snapshots the step's metrics (numbers, not tensors a
 trainer may later mutate in place) and hands them to a `RecordWriter`. By
 default that writer runs on a background thread: building the record, running
-the detectors and encoding cost ~20 µs, which the training thread then does
-not pay. Lines reach the OS as soon as the writer catches up (microseconds
-later), and the queue is drained on `on_train_end`, on `on_exception` and at
-interpreter exit. With ``stop_on_anomaly=True`` the writer runs inline
-instead, so training stops at the very step that tripped a detector.
+the detectors and encoding (their cost per step: docs/benchmarks.md,
+Callback) are then not paid by the training thread. Lines reach the OS as
+soon as the writer catches up (microseconds later), and the queue is drained
+on `on_train_end`, on `on_exception` and at interpreter exit. With
+``stop_on_anomaly=True`` the writer runs inline instead, so training stops at
+the very step that tripped a detector.
 
 The status file never lags a hook: lifecycle transitions are written by the
 hook itself, and a step holding a NaN/Inf (or an explicit anomaly) waits for
@@ -41,7 +42,7 @@ from training_platform.callbacks.record_writer import (
     RecordWriter,
     ThreadSink,
 )
-from training_platform.callbacks.step_metrics import MetricsMerger, OpenStep
+from training_platform.callbacks.step_metrics import OpenStep, StepBuffer
 from training_platform.callbacks.wire import validate_job_id
 
 logger = logging.getLogger(__name__)
@@ -112,10 +113,7 @@ class PlatformCallback(Callback):
         self.queue_size = queue_size
         self._clock = clock
         self._reported: set[tuple[int, str]] = set()
-        self._merger = MetricsMerger(self.job_id)
-        self._open: OpenStep | None = None
-        self._last: OpenStep | None = None
-        self._epoch: int | None = None
+        self._steps = StepBuffer(self.job_id, clock)
         self._stop_raised = False
         # The lifecycle as the training thread knows it (the hooks write its changes).
         self.state = "pending"
@@ -174,7 +172,7 @@ class PlatformCallback(Callback):
         self._finish("stopped" if stopped else "failed", _describe(exc))
 
     def on_epoch_begin(self, epoch: int) -> None:
-        self._epoch = epoch
+        self._steps.epoch = epoch
 
     def on_save(self, step: int, path: str | None = None) -> None:
         # A checkpoint is a resume point: make the lines up to it durable, so a
@@ -189,12 +187,12 @@ class PlatformCallback(Callback):
             return
         if self._sink is None:
             self._reopen()
-        open_step = self._open
+        open_step = self._steps.open
         if open_step is None:
-            self._open = OpenStep(step)
+            self._steps.open = OpenStep(step)
         elif open_step.step != step:
             self._commit()
-            self._open = OpenStep(step)
+            self._steps.open = OpenStep(step)
         for contributor in self.contributors:
             try:
                 contributor.on_step_begin(step)
@@ -217,13 +215,13 @@ class PlatformCallback(Callback):
             return
         if self._sink is None:
             self._reopen()
-        open_step = self._open
+        open_step = self._steps.open
         if open_step is None or open_step.step != step:
             if open_step is not None:
                 self._commit()
-            open_step = self._open = OpenStep(step)
+            open_step = self._steps.open = OpenStep(step)
         if metrics:
-            self._merger.merge(open_step, metrics)
+            self._steps.merge(open_step, metrics)
         open_step.ended_at = self._clock()
         for contributor in self.contributors:
             try:
@@ -234,7 +232,7 @@ class PlatformCallback(Callback):
                 report_failure(self._reported, contributor, "on_step_end")
                 continue
             if extra:
-                self._merger.merge(open_step, extra)
+                self._steps.merge(open_step, extra)
         if commit:
             self._commit()
             if self.writer.stop_request is not None:
@@ -279,46 +277,26 @@ class PlatformCallback(Callback):
             return
         if self._sink is None:
             self._reopen()
-        open_step = self._open
+        steps = self._steps
+        open_step = steps.open
         if open_step is not None and open_step.step == step:
-            self._merger.merge(open_step, metrics)
-        elif self._last is not None and self._last.step == step:
-            # Late metrics for a step already written: rewrite it with the union
-            # (the platform keeps the newest line of a step). Detectors do not
-            # see them twice; the first line's anomalies are carried over. The
-            # union is a fresh copy: the writer thread may still be reading the
-            # dicts it was handed before.
-            last = self._last
-            amended = OpenStep(step)
-            amended.metrics = {
-                k: dict(v) if type(v) is dict else v for k, v in last.metrics.items()
-            }
-            amended.anomalies = list(last.anomalies)
-            amended.ended_at = last.ended_at
-            self._merger.merge(amended, metrics)
-            self._last = amended
+            steps.merge(open_step, metrics)
+        elif steps.last is not None and steps.last.step == step:
+            # Late metrics for a step already written: rewrite it with the union.
+            amended = steps.amend(metrics)
             self._submit(("amend", step, amended.metrics, amended.ended_at, amended.anomalies))
         else:
             self._commit()
-            open_step = self._open = OpenStep(step)
-            self._merger.merge(open_step, metrics)
+            open_step = steps.open = OpenStep(step)
+            steps.merge(open_step, metrics)
 
     def _commit(self) -> None:
-        open_step = self._open
-        if open_step is None:
+        done = self._steps.take()
+        if done is None:
             return
-        self._open = None
-        if open_step.ended_at is None:
-            open_step.ended_at = self._clock()
-        if self._epoch is not None and "epoch" not in open_step.metrics:
-            open_step.metrics["epoch"] = self._epoch
-            # An epoch that is not a small int (never from the adapters): scan.
-            open_step.finite &= type(self._epoch) is int and abs(self._epoch) < 2**63
-        self._last = open_step
         # `finite`: the writer may skip its NaN/Inf scan (see `OpenStep.finite`).
-        done = open_step
         self._submit(("step", done.step, done.metrics, done.ended_at, done.anomalies, done.finite))
-        if open_step.alarming:
+        if done.alarming:
             # NaN/Inf or an explicit anomaly (rare): wait until the writer has
             # checked and written this step, so that the status file says
             # anomaly_detected before the hook returns (a process killed right

@@ -205,7 +205,7 @@ class StepProfiler:
         self._samples = self._tokens = 0
 
         # Memory is sampled at most every `min_interval_s`: skip the call
-        # (a few µs right after a step) until then.
+        # (its cost right after a step: docs/benchmarks.md, Profiling kit) until then.
         if self.memory is not None and (
             not self._memory_due_known or now >= self.memory.next_sample_at
         ):

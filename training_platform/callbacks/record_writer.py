@@ -40,7 +40,8 @@ import orjson
 
 from training_platform.callbacks.anomaly import SEVERITY_RANK, AnomalyMonitor
 from training_platform.callbacks.base import StopTraining, report_failure
-from training_platform.callbacks.wire import build_record, encode_record
+from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire_records import build_record
 
 logger = logging.getLogger(__name__)
 
@@ -310,9 +311,10 @@ _STOP: Final = ("stop",)
 class ThreadSink:
     """Hands commands to one background thread through a queue, in order.
 
-    The queue is a `SimpleQueue` (a C-level put costs ~0.3 µs, a `Queue` ~2 µs)
-    bounded by hand: past `max_pending` the training thread waits for the
-    writer rather than dropping records or growing without limit.
+    The queue is a `SimpleQueue` (a C-level put, much cheaper than a `Queue`'s:
+    docs/benchmarks.md, Callback) bounded by hand: past `max_pending` the
+    training thread waits for the writer rather than dropping records or
+    growing without limit.
     """
 
     def __init__(self, writer: RecordWriter, name: str, max_pending: int = 10_000) -> None:

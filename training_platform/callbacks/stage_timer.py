@@ -93,8 +93,8 @@ class Stage:
     # Enter and exit run around every timed region, right after the trainer's
     # own work has pushed this code out of the CPU caches. What a stage costs
     # there grows with the Python calls it makes and the objects it touches
-    # (a call is ~1,000 instructions), so the hot paths avoid both (see
-    # docs/profiling.md).
+    # (what a call costs: docs/benchmarks.md, Profiling kit), so the hot paths
+    # avoid both (see docs/profiling.md).
     def __enter__(self) -> Stage:
         timer = self._timer
         try:

@@ -8,23 +8,21 @@ logging one warning per key. It also tells the caller whether the step holds
 a NaN or an infinity, so that the callback can put that anomaly on disk before
 the hook returns, and whether every value is known to be finite, so that the
 writer thread need not scan the record for NaN/Inf a second time.
+`StepBuffer` holds a callback's open step and the last one it handed on.
 """
 
 from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from training_platform.callbacks.wire import to_scalar
+from training_platform.callbacks.wire import INT64_MAX, NONFINITE_VALUES, to_scalar
 
 logger = logging.getLogger(__name__)
 
 _PLAIN: Final = frozenset((float, int))
-# Strings that are numbers in the wire format (what Python's json writes for
-# non-finite floats); every other string is not a metric.
-_NUMBER_SPELLINGS: Final = frozenset(("NaN", "Infinity", "-Infinity"))
 _DROP: Final = object()
 
 
@@ -54,7 +52,9 @@ def scalar_value(value: Any) -> Any:
     if kind is float or kind is int or kind is bool or value is None:
         return value
     if kind is str:
-        return value if value in _NUMBER_SPELLINGS else _DROP
+        # The wire format's spellings of non-finite numbers are numbers; every
+        # other string is not a metric.
+        return value if value in NONFINITE_VALUES else _DROP
     scalar = to_scalar(value)  # `.item()`: numpy scalars, 0-d/one-element tensors and arrays
     if scalar is not value:
         return scalar if type(scalar) in (float, int, bool) else _DROP
@@ -142,3 +142,56 @@ def _describe_value(value: Any) -> str:
         return f"{type(value).__name__} of shape {tuple(shape)}"
     text = repr(value)
     return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+class StepBuffer:
+    """The step being gathered (`open`) and the last one handed to the writer (`last`).
+
+    Hooks merge metrics into the open step; `take` closes it for writing.
+    Metrics that arrive late for the step just handed on make an amended copy
+    of it (`amend`): the platform keeps the newest line of a step.
+    """
+
+    __slots__ = ("_clock", "_merger", "epoch", "last", "open")
+
+    def __init__(self, job_id: str, clock: Callable[[], float]) -> None:
+        self._merger = MetricsMerger(job_id)
+        self._clock = clock
+        self.open: OpenStep | None = None
+        self.last: OpenStep | None = None
+        self.epoch: int | None = None  # set by the loop; added to each step's metrics
+
+    def merge(self, into: OpenStep, metrics: Mapping[str, Any]) -> None:
+        self._merger.merge(into, metrics)
+
+    def take(self) -> OpenStep | None:
+        """The open step, closed for writing (end time and epoch stamped), or None."""
+        open_step = self.open
+        if open_step is None:
+            return None
+        self.open = None
+        if open_step.ended_at is None:
+            open_step.ended_at = self._clock()
+        if self.epoch is not None and "epoch" not in open_step.metrics:
+            open_step.metrics["epoch"] = self.epoch
+            # An epoch that is not a small int (never from the adapters): scan.
+            open_step.finite &= type(self.epoch) is int and abs(self.epoch) <= INT64_MAX
+        self.last = open_step
+        return open_step
+
+    def amend(self, metrics: Mapping[str, Any]) -> OpenStep:
+        """`last` with late `metrics` merged, as a new step that becomes `last`.
+
+        Detectors do not see it twice; its first line's anomalies are carried
+        over. The union is a fresh copy: the writer thread may still be
+        reading the dicts it was handed before.
+        """
+        last = self.last
+        assert last is not None
+        amended = OpenStep(last.step)
+        amended.metrics = {k: dict(v) if type(v) is dict else v for k, v in last.metrics.items()}
+        amended.anomalies = list(last.anomalies)
+        amended.ended_at = last.ended_at
+        self._merger.merge(amended, metrics)
+        self.last = amended
+        return amended

@@ -17,16 +17,17 @@ from starlette.types import Receive, Scope, Send
 
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep
 from training_platform.api.schemas import ErrorOut
-from training_platform.core.artifacts import (
+from training_platform.ingest.artifacts import (
     MAX_FILES,
     ArtifactStream,
     list_artifacts,
     open_artifact,
     step_of,
 )
-from training_platform.core.jobs import get_job, make_reader
-from training_platform.core.metrics_reader import MetricsReader
+from training_platform.ingest.readers import MetricsReader
+from training_platform.ingest.registry import make_reader
 from training_platform.settings import Settings
+from training_platform.store.jobs import get_job
 
 router = APIRouter(prefix="/jobs/{job_id}/artifacts", tags=["artifacts"])
 

@@ -17,21 +17,19 @@ from training_platform.api.schemas import (
     SSHSourceOut,
     SyncStateOut,
 )
-from training_platform.core.jobs import (
+from training_platform.errors import HostKeyError, InvalidSourceError
+from training_platform.ingest.registry import SSHSource, register_job, ssh_target
+from training_platform.ingest.ssh import check_ssh_connection
+from training_platform.ingest.sync_service import SyncService
+from training_platform.live.hub import LiveHub
+from training_platform.store.jobs import (
     Health,
     JobOrder,
     JobSummary,
-    SSHSource,
     delete_job,
     page_jobs,
-    register_job,
-    ssh_target,
     summarize_jobs,
 )
-from training_platform.core.live_hub import LiveHub
-from training_platform.core.ssh import check_ssh_connection
-from training_platform.core.sync_service import SyncService
-from training_platform.errors import HostKeyError, InvalidSourceError
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

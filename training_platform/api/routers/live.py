@@ -46,10 +46,10 @@ from training_platform.api.websocket import (
     serve_websocket,
     step_param,
 )
-from training_platform.core.live import Dropped, HandOver, Subscription, metric_message
-from training_platform.core.live_hub import LiveHub
-from training_platform.core.sync_service import TERMINAL_STATUSES
 from training_platform.errors import JobNotFoundError, PlatformError
+from training_platform.live.channels import Dropped, HandOver, Subscription, metric_message
+from training_platform.live.hub import LiveHub
+from training_platform.store.models import TERMINAL_STATUSES
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["live"])
@@ -101,7 +101,7 @@ async def _wait_for_job(
     must not fail: a valid id is waited for (bounded), and a file that appears
     meanwhile is discovered. False when the client left or the job never came
     (the client was told `job_not_found`)."""
-    if await to_thread.run_sync(hub.job_exists, job_id):
+    if await to_thread.run_sync(hub.service.is_known, job_id):
         return True
     limit = hub.settings.live_job_wait
     if limit > 0:
@@ -112,7 +112,7 @@ async def _wait_for_job(
             await asyncio.wait({listen}, timeout=min(JOB_WAIT_POLL, left))
             if listen.done():
                 return False  # the client left
-            if await to_thread.run_sync(hub.job_exists, job_id):
+            if await to_thread.run_sync(hub.service.is_known, job_id):
                 return True
     waited = f" (waited {limit:g} s for its metrics file to appear)" if limit > 0 else ""
     await connection.fail(JobNotFoundError(f"job {job_id!r} not found{waited}"))

@@ -11,15 +11,19 @@ from starlette.concurrency import run_in_threadpool
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, SyncServiceDep
 from training_platform.api.schemas import AnomalyList, AnomalyOut, ErrorOut, MetricsHistory, SyncOut
 from training_platform.api.series_schema import MetricsSeries
-from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS
-from training_platform.core.history_page import history_page, page_body
-from training_platform.core.metrics_query import (
+from training_platform.callbacks.wire import (
+    FREE_GROUPS,
+    GROUP_FIELDS,
+    MAX_STEP,  # BIGINT: larger fails in the database
+)
+from training_platform.errors import InvalidParameterError
+from training_platform.history.history_page import history_page, page_body
+from training_platform.history.metrics_query import (
     anomaly_page,
     anomaly_row,
     merge_incidents,
 )
-from training_platform.core.series_query import downsampled_history
-from training_platform.errors import InvalidParameterError
+from training_platform.history.series_query import downsampled_history
 
 router = APIRouter(prefix="/monitoring/{job_id}", tags=["monitoring"])
 
@@ -31,7 +35,7 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "Unknown job"}
 }
 
-MAX_STEP = 2**63 - 1  # BIGINT: larger values would fail inside the database, not here
+
 StepQuery = Annotated[
     int | None, Query(ge=0, le=MAX_STEP, description="Inclusive; steps are integers >= 0.")
 ]

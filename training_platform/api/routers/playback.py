@@ -44,8 +44,8 @@ from training_platform.api.websocket import (
     serve_websocket,
     step_param,
 )
-from training_platform.core.live_hub import LiveHub
-from training_platform.core.playback import (
+from training_platform.errors import InvalidParameterError, JobNotFoundError, PlatformError
+from training_platform.history.playback import (
     MAX_SPEED,
     MIN_SPEED,
     Control,
@@ -59,7 +59,7 @@ from training_platform.core.playback import (
     plan_playback,
     read_page,
 )
-from training_platform.errors import InvalidParameterError, JobNotFoundError, PlatformError
+from training_platform.live.hub import LiveHub
 from training_platform.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ async def _start(
             raise InvalidParameterError(f"start_step {start_step} is after end_step {end_step}")
         speed = number_between(params.get("speed", "1"), "speed", MIN_SPEED, MAX_SPEED)
         check_job_id(job_id)
-        if not await to_thread.run_sync(hub.job_exists, job_id):
+        if not await to_thread.run_sync(hub.service.is_known, job_id):
             raise JobNotFoundError(f"job {job_id!r} not found")
     except PlatformError as exc:
         await connection.fail(exc)

@@ -12,7 +12,7 @@
 // A chart with no series in a run that has points folds away (`hidden`).
 
 import { logScaleWanted, resolveLines, setLogScaleWanted } from "./chart_specs.js";
-import { fmtNumber, fmtStep, h } from "./format.js";
+import { fmtClock, fmtNumber, fmtStep, h } from "./format.js";
 import { mapAlong, smooth, toCsv, wallClock } from "./series.js";
 
 // uPlot is loaded, not imported: a missing or broken copy (404, bad file) must not
@@ -107,7 +107,7 @@ export class MetricChart {
 
   /** A step range as the x scale's {min, max} (wall-clock seconds in time mode). */
   xRange([lo, hi]) {
-    let min = this.toX(lo);
+    const min = this.toX(lo);
     let max = this.toX(hi);
     if (!(max > min)) max = min + 1;
     return { min, max };
@@ -343,7 +343,8 @@ export class MetricChart {
     const lo = columns.steps[i];
     const hi = columns.lastSteps[i];
     let where = lo === hi ? `step ${fmtStep(lo)}` : `steps ${fmtStep(lo)}–${fmtStep(hi)}`;
-    if (this.xMode === "time" && columns.times[i] != null) where += ` · ${fmtClock(columns.times[i], 0)}`;
+    const time = columns.times[i];
+    if (this.xMode === "time" && time !== null && time !== undefined) where += ` · ${fmtClock(time, 0)}`;
     const items = [h("span", { class: "legend-step" }, where)];
     for (const line of this.lines) {
       const column = columns.cols.get(line.key);
@@ -423,16 +424,6 @@ function holdsData(column) {
     if (column.mean[i] !== null || column.nf[i]) return true;
   }
   return false;
-}
-
-/** Local wall-clock time: seconds shown for spans under 10 min, the date past a day. */
-export function fmtClock(seconds, span) {
-  const date = new Date(seconds * 1000);
-  const pad = (n) => String(n).padStart(2, "0");
-  const clock = `${pad(date.getHours())}:${pad(date.getMinutes())}`;
-  const withSeconds = span < 600 ? `${clock}:${pad(date.getSeconds())}` : clock;
-  if (span < 86_400) return withSeconds;
-  return `${pad(date.getMonth() + 1)}-${pad(date.getDate())} ${clock}`;
 }
 
 function describePoint(column, i) {

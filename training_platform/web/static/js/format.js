@@ -10,7 +10,9 @@ export function fmtNumber(value) {
   const abs = Math.abs(value);
   if (abs !== 0 && (abs >= 1e6 || abs < 1e-3)) return value.toExponential(3);
   if (Number.isInteger(value)) return value.toLocaleString("en-US");
-  return value.toPrecision(4).replace(/\.?0+$/, "");
+  // Four significant digits, no trailing zeros (a regex trimming toPrecision's
+  // output also ate an integer part's zeros: 1200.3 came out as "12").
+  return value.toLocaleString("en-US", { maximumSignificantDigits: 4 });
 }
 
 export function fmtStep(step) {
@@ -29,6 +31,16 @@ export function fmtAgo(seconds, now = Date.now() / 1000) {
 
 export function fmtTime(seconds) {
   return seconds ? new Date(seconds * 1000).toLocaleString() : "–";
+}
+
+/** Local wall-clock time: seconds shown for spans under 10 min, the date past a day. */
+export function fmtClock(seconds, span) {
+  const date = new Date(seconds * 1000);
+  const pad = (n) => String(n).padStart(2, "0");
+  const clock = `${pad(date.getHours())}:${pad(date.getMinutes())}`;
+  const withSeconds = span < 600 ? `${clock}:${pad(date.getSeconds())}` : clock;
+  if (span < 86_400) return withSeconds;
+  return `${pad(date.getMonth() + 1)}-${pad(date.getDate())} ${clock}`;
 }
 
 export function fmtBytes(size) {

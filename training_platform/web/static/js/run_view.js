@@ -279,10 +279,9 @@ export class RunView {
       this.scheduleReload();
       return;
     }
+    // Anomalies arrive as `anomaly` messages only (the rows as stored, every
+    // source of an incident named): the record's own `anomalies` are not read.
     this.live.appendRecord(record);
-    for (const anomaly of record.anomalies || []) {
-      this.addAnomaly({ ...anomaly, step: record.step, source: "callback" });
-    }
     if (this.job) {
       this.job = { ...this.job, latest_step: record.step, updated_at: record.timestamp ?? this.job.updated_at };
     }

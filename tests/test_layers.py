@@ -1,0 +1,137 @@
+"""The package's layers (docs/architecture.md) hold: who may import whom, no cycles, small modules.
+
+Read from the source with `ast`, so a new import that breaks a rule fails
+here with the file and the import named, before it becomes a tangle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "training_platform"
+
+# Sub-package -> the sub-packages it may import (besides itself). The server
+# core is layered store < history < ingest < live < services < api; the
+# trainer side (callbacks) imports nothing of the server.
+ALLOWED: dict[str, set[str]] = {
+    "callbacks": {"errors"},
+    "errors": set(),
+    "settings": set(),
+    "store": {"callbacks", "errors"},
+    "history": {"store", "callbacks", "errors"},
+    "ingest": {"history", "store", "callbacks", "errors", "settings"},
+    "live": {"ingest", "history", "store", "callbacks", "errors", "settings", "__init__"},
+    "services": {"live", "ingest", "settings"},
+    "api": {
+        "services",
+        "live",
+        "ingest",
+        "history",
+        "store",
+        "callbacks",
+        "errors",
+        "settings",
+        "__init__",
+    },
+}
+MAX_LINES = 420  # "about 400": a module past it has a seam worth cutting
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+MODULES = {name for name, _ in modules()}
+
+
+def imports(path: Path, *, top_level_only: bool) -> Iterator[tuple[int, str]]:
+    """(line, module) of each `training_platform` import; with `top_level_only`,
+    those run at import time (not inside functions or `if TYPE_CHECKING:`)."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            # `from training_platform.ingest import persister` imports a module.
+            submodules = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [name for name in submodules if name in MODULES] or [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith("training_platform"):
+                yield node.lineno, name
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    broken = []
+    for name, path in modules():
+        layer = layer_of(name)
+        if layer not in ALLOWED:
+            continue  # entry points (cli, demo, tools) may use any layer
+        for line, imported in imports(path, top_level_only=False):
+            target = layer_of(imported)
+            if target != layer and target not in ALLOWED[layer]:
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
+    assert broken == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    known = dict(modules())
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        graph[name] = {
+            imported
+            for _, imported in imports(path, top_level_only=True)
+            if imported in known and imported != name and not name.startswith(imported + ".")
+        }
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*trail[trail.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == []
+
+
+def test_no_module_is_much_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for _, path in modules()
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_the_rules_can_fail(tmp_path: Path) -> None:
+    """The readers above see a forbidden import, a cycle's edges and a long file."""
+    module = tmp_path / "bad.py"
+    module.write_text(
+        "from training_platform.live.hub import LiveHub\n"
+        "def later():\n    from training_platform.api.main import create_app\n"
+    )
+    assert [m for _, m in imports(module, top_level_only=False)] == [
+        "training_platform.live.hub",
+        "training_platform.api.main",
+    ]
+    assert [m for _, m in imports(module, top_level_only=True)] == ["training_platform.live.hub"]
+    assert layer_of("training_platform.live.hub") not in ALLOWED["store"]

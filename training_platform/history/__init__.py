@@ -1,0 +1,1 @@
+"""Reading what is stored: record and anomaly queries, spike-keeping downsampling, playback."""

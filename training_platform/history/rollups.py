@@ -1,0 +1,400 @@
+"""Precomputed min/max buckets per job (`metric_rollups`), kept current at ingestion.
+
+Why a table: a downsampled history must see every step's value (a spike at
+one step out of a million must show), and scanning a 1M-step run is far too
+slow even in pure SQL (a single `GROUP BY step / w` with MIN/MAX over the 14
+numeric columns: see docs/benchmarks.md, History). So buckets of
+`WIDTHS[level]` steps (32, 128, 512, ... 524,288: each level 4x the one
+below, aligned to multiples of its width) hold each series' min, max, sum and
+counts (`history/downsample.py`, stored as `history/bucket_codec.py` packs
+them), and a query reads ~2,000 of them.
+
+`refresh_rollups` must run in the transaction that writes the rows (the
+persister calls it right after its upsert), so rows and buckets commit
+together. It recomputes every bucket the batch touched from the stored truth
+-- rows for level 0, children for the levels above -- so a rewritten step (a
+run resumed from a checkpoint) is handled like an append, and calling it
+twice is harmless. Appends, the usual case, take their level-0 buckets from
+the batch in memory and read back at most one partly filled bucket per level.
+
+Storage: about 1/24 of the rows of `training_metrics` (1M steps: ~42k rows;
+their size against the rows': docs/benchmarks.md, History).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from training_platform.callbacks.wire import FREE_GROUPS
+from training_platform.history.bucket_codec import (
+    PackedBucket,
+    decode_keys,
+    decode_stats,
+    encode_stats,
+    split_stats,
+)
+from training_platform.history.downsample import (
+    Bucket,
+    Stats,
+    series_columns,
+    series_values,
+    stats_of_columns,
+)
+from training_platform.store.database import upsert_sql
+from training_platform.store.metric_rows import (
+    COLUMN_SERIES,
+    NONFINITE_POSITION,
+    STEP_POSITION,
+    row_to_record,
+)
+from training_platform.store.models import MetricRollup, TrainingMetric
+
+logger = logging.getLogger(__name__)
+# What a stored bucket is read as (see `_bucket`).
+_BUCKET_COLUMNS: Final = (
+    MetricRollup.bucket,
+    MetricRollup.first_step,
+    MetricRollup.last_step,
+    MetricRollup.row_count,
+    MetricRollup.stats,
+)
+
+FANOUT: Final = 4
+WIDTHS: Final = tuple(32 * FANOUT**level for level in range(8))
+_IN_CHUNK: Final = 500  # keys per IN (...) list: well under every driver's parameter limit
+_PAGE: Final = 5_000  # rows per query when reading raw rows
+
+
+def rolled_up_through(session: Session, job_id: str) -> int | None:
+    """The last step the job's level-0 buckets cover (None: no buckets yet)."""
+    top = session.scalar(
+        select(func.max(MetricRollup.bucket)).where(
+            MetricRollup.job_id == job_id, MetricRollup.level == 0
+        )
+    )
+    if top is None:
+        return None
+    return session.scalar(
+        select(MetricRollup.last_step).where(
+            MetricRollup.job_id == job_id, MetricRollup.level == 0, MetricRollup.bucket == top
+        )
+    )
+
+
+def refresh_rollups(
+    session: Session,
+    *,
+    job_id: str,
+    records: Sequence[Mapping[str, Any]],
+    rows: Sequence[Sequence[Any]] | None = None,
+) -> None:
+    """Bring the buckets touched by `records` up to date; call after the rows are written.
+
+    `rows`, when given, are the `record_to_params` lists just written for
+    `records`, in the same order: the persister has them, and they make new
+    buckets much cheaper to build (`_bucket_of_rows`; docs/benchmarks.md,
+    Ingestion). For a step
+    given twice, the later record wins. Only adds/flushes: the caller owns the
+    transaction (it is the one that wrote the rows, so both commit or neither).
+    """
+    if not records:
+        return
+    steps = [int(record["step"]) for record in records]
+    positions: list[int] | None = None  # into records/rows, in step order; None: as they are
+    if any(map(operator.ge, steps, steps[1:])):  # not appends: dedupe (later wins), sort
+        latest = {step: position for position, step in enumerate(steps)}
+        steps = sorted(latest)
+        positions = [latest[step] for step in steps]
+    through = rolled_up_through(session, job_id)
+    done = -1 if through is None else through
+    width = WIDTHS[0]
+    fresh: dict[int, tuple[int, int]] = {}  # bucket -> its slice of `steps`
+    stored: list[int] = []  # touched buckets that may also hold earlier rows
+    start = 0
+    while start < len(steps):  # one turn per bucket, not per record
+        index = steps[start] // width
+        stop = bisect.bisect_left(steps, (index + 1) * width, start)
+        if index * width <= done:
+            stored.append(index)
+        else:
+            fresh[index] = (start, stop)
+        start = stop
+    level_buckets: dict[int, Bucket] = {}
+    for index, (start, stop) in fresh.items():
+        if positions is None:
+            chosen = records[start:stop]
+            chosen_rows = rows[start:stop] if rows is not None else None
+        else:
+            members = positions[start:stop]
+            chosen = [records[position] for position in members]
+            chosen_rows = [rows[position] for position in members] if rows is not None else None
+        if chosen_rows is None:
+            level_buckets[index] = Bucket.of_records(zip(steps[start:stop], chosen, strict=True))
+        else:
+            level_buckets[index] = _bucket_of_rows(chosen_rows, chosen)
+    for index, bucket in _buckets_from_rows(session, job_id, stored, width):
+        level_buckets[index] = bucket
+    changed = {0: level_buckets}
+    for level in range(1, len(WIDTHS)):
+        level_buckets = _parents(session, job_id, level, level_buckets, done)
+        changed[level] = level_buckets
+    _upsert(session, job_id, changed)
+
+
+def _bucket_of_rows(rows: Sequence[Sequence[Any]], records: Sequence[Mapping[str, Any]]) -> Bucket:
+    """A level-0 bucket from its rows as written and their records (the same steps).
+
+    The numeric columns come straight from the rows, transposed by one `zip`;
+    only `timing` and `extra` are read from the records. The same stats as
+    `Bucket.of_records`: a non-finite value (a NULL in its column plus a mark
+    in `nonfinite`) or an `other` group sends the bucket down that path.
+    """
+    columns = list(zip(*rows, strict=True))
+    steps = columns[STEP_POSITION]
+    free = series_columns(records, FREE_GROUPS)
+    if free is None or any(columns[NONFINITE_POSITION]):
+        return Bucket.of_records(zip(steps, records, strict=True))
+    stats: dict[str, Stats] = {}
+    for key, position in COLUMN_SERIES:
+        values = columns[position]
+        if None in values:  # steps that did not log this series
+            values = tuple(value for value in values if value is not None)
+            if not values:
+                continue
+        # Normalised records hold only int/float here, all finite (no marks).
+        stats[key] = [min(values), max(values), sum(values), len(values), 0]
+    stats.update(stats_of_columns(free))
+    return Bucket(min(steps), max(steps), len(steps), stats)
+
+
+def _buckets_from_rows(
+    session: Session, job_id: str, indexes: list[int], width: int
+) -> Iterator[tuple[int, Bucket]]:
+    """Level-0 buckets recomputed from their stored rows (which include this batch's)."""
+    for lo, hi in _runs(indexes):
+        current: tuple[int, Bucket] | None = None
+        for record in _rows(session, job_id, lo * width, (hi + 1) * width - 1):
+            step = record["step"]
+            index = step // width
+            if current is None or current[0] != index:
+                if current is not None:
+                    yield current
+                current = (index, Bucket(step, step))
+            current[1].add(step, series_values(record))
+        if current is not None:
+            yield current
+
+
+def _parents(
+    session: Session, job_id: str, level: int, children: dict[int, Bucket], done: int
+) -> dict[int, Bucket]:
+    """Level `level` buckets over the changed `children` (level - 1), from all their children."""
+    parents = sorted({index // FANOUT for index in children})
+    child_width = WIDTHS[level - 1]
+    # Children not recomputed in this call come from the table -- only those
+    # that can exist, i.e. start at or before what was rolled up before.
+    missing = [
+        child
+        for parent in parents
+        for child in range(parent * FANOUT, parent * FANOUT + FANOUT)
+        if child not in children and child * child_width <= done
+    ]
+    siblings = dict(_stored_buckets(session, job_id, level - 1, missing))
+    out: dict[int, Bucket] = {}
+    for parent in parents:
+        merged: Bucket | None = None
+        for child in range(parent * FANOUT, parent * FANOUT + FANOUT):
+            part = children.get(child) or siblings.get(child)
+            if part is None:
+                continue
+            if merged is None:
+                merged = Bucket(part.first_step, part.last_step)
+            merged.merge(part)
+        if merged is not None:
+            out[parent] = merged
+    return out
+
+
+def _stored_buckets(
+    session: Session, job_id: str, level: int, indexes: list[int]
+) -> Iterator[tuple[int, Bucket]]:
+    """The stored level-`level` buckets among `indexes` (absent ones are skipped).
+
+    One level per query, `bucket IN (...)`: an index lookup per key on both
+    databases. (A row-value `(level, bucket) IN (...)` made SQLite scan all of
+    the job's buckets, so an append cost more the longer the run.)
+    """
+    for start in range(0, len(indexes), _IN_CHUNK):
+        rows = session.execute(
+            select(*_BUCKET_COLUMNS).where(
+                MetricRollup.job_id == job_id,
+                MetricRollup.level == level,
+                MetricRollup.bucket.in_(indexes[start : start + _IN_CHUNK]),
+            )
+        )
+        for index, first, last, count, stats in rows:
+            yield index, _bucket(first, last, count, stats)
+
+
+def _bucket(first: int, last: int, count: int, stats: bytes) -> Bucket:
+    return Bucket(first, last, count, decode_stats(stats))
+
+
+_COLUMNS: Final = ("job_id", "level", "bucket", "first_step", "last_step", "row_count", "stats")
+
+
+def _upsert(session: Session, job_id: str, changed: dict[int, dict[int, Bucket]]) -> None:
+    rows = [
+        (
+            job_id,
+            level,
+            index,
+            bucket.first_step,
+            bucket.last_step,
+            bucket.rows,
+            encode_stats(bucket.stats),
+        )
+        for level, buckets in changed.items()
+        for index, bucket in buckets.items()
+    ]
+    if not rows:
+        return
+    # ~1,400 buckets per ingestion batch: straight to the driver, as the rows
+    # themselves go (SQLAlchemy's per-row processing would cost more than the
+    # writing itself: docs/benchmarks.md, Ingestion).
+    connection = session.connection()
+    sql = upsert_sql(
+        "metric_rollups", _COLUMNS, ("job_id", "level", "bucket"), connection.dialect.paramstyle
+    )
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        for start in range(0, len(rows), _IN_CHUNK):
+            cursor.executemany(sql, rows[start : start + _IN_CHUNK])
+    finally:
+        cursor.close()
+
+
+def rebuild_rollups(session: Session, *, job_id: str) -> int:
+    """Recompute all of a job's buckets from its rows, reading them page by page.
+
+    For rows stored before rollups existed (the migration calls it) or to
+    repair. Only adds/flushes; returns the rows read.
+    """
+    session.execute(delete(MetricRollup).where(MetricRollup.job_id == job_id))
+    # Stream: a bucket at each level is written once the next one starts, so
+    # memory holds one open bucket per level, never the run.
+    open_buckets: list[tuple[int, Bucket] | None] = [None] * len(WIDTHS)
+    pending: dict[int, dict[int, Bucket]] = {level: {} for level in range(len(WIDTHS))}
+    count = 0
+
+    def close(level: int) -> None:
+        entry = open_buckets[level]
+        if entry is None:
+            return
+        open_buckets[level] = None
+        index, bucket = entry
+        pending[level][index] = bucket
+        if level + 1 < len(WIDTHS):
+            parent = open_buckets[level + 1]
+            if parent is not None and parent[0] != index // FANOUT:
+                close(level + 1)
+                parent = None
+            if parent is None:
+                open_buckets[level + 1] = (index // FANOUT, Bucket(bucket.first_step, 0))
+                parent = open_buckets[level + 1]
+            assert parent is not None
+            parent[1].merge(bucket)
+
+    for record in _rows(session, job_id, 0, None):
+        step = record["step"]
+        index = step // WIDTHS[0]
+        current = open_buckets[0]
+        if current is not None and current[0] != index:
+            close(0)
+            current = None
+        if current is None:
+            current = open_buckets[0] = (index, Bucket(step, step))
+        current[1].add(step, series_values(record))
+        count += 1
+        if sum(len(buckets) for buckets in pending.values()) >= _IN_CHUNK:
+            _upsert(session, job_id, pending)
+            pending = {level: {} for level in range(len(WIDTHS))}
+    for level in range(len(WIDTHS)):
+        close(level)
+    _upsert(session, job_id, pending)
+    return count
+
+
+def _rows(session: Session, job_id: str, lo: int, hi: int | None) -> Iterator[dict[str, Any]]:
+    """The job's records with steps in [lo, hi], in step order, `_PAGE` rows per query."""
+    after = lo - 1
+    while True:
+        query = select(TrainingMetric).where(
+            TrainingMetric.job_id == job_id, TrainingMetric.step > after
+        )
+        if hi is not None:
+            query = query.where(TrainingMetric.step <= hi)
+        rows = session.scalars(query.order_by(TrainingMetric.step).limit(_PAGE)).all()
+        for row in rows:
+            yield row_to_record(row)
+        if len(rows) < _PAGE:
+            return
+        after = rows[-1].step
+        session.expunge_all()  # keep the identity map from growing with the run
+
+
+def read_buckets(
+    session: Session, job_id: str, level: int, first: int, last: int
+) -> Iterator[PackedBucket]:
+    """Stored level-`level` buckets `first`..`last` in step order (for queries), still packed.
+
+    Buckets with the same series header share one `keys` list (decoded once),
+    so `buckets_to_json` can slice runs of them as one array.
+    """
+    headers: dict[bytes, list[str]] = {}
+    after = first - 1
+    while True:
+        rows = session.execute(
+            select(*_BUCKET_COLUMNS)
+            .where(
+                MetricRollup.job_id == job_id,
+                MetricRollup.level == level,
+                MetricRollup.bucket > after,
+                MetricRollup.bucket <= last,
+            )
+            .order_by(MetricRollup.bucket)
+            .limit(_PAGE)
+        ).all()
+        for _index, first_step, last_step, count, stats in rows:
+            header, payload = split_stats(stats)
+            keys = headers.get(header)
+            if keys is None:
+                keys = headers[header] = decode_keys(header)
+            yield PackedBucket(first_step, last_step, count, keys, payload)
+        if len(rows) < _PAGE:
+            return
+        after = rows[-1][0]
+
+
+def raw_rows(session: Session, job_id: str, lo: int, hi: int) -> Iterator[dict[str, Any]]:
+    """Records in [lo, hi] in step order, read in pages (floats, not API strings)."""
+    return _rows(session, job_id, lo, hi)
+
+
+def _runs(indexes: list[int]) -> Iterator[tuple[int, int]]:
+    """Sorted integers as maximal runs of consecutive values: [1,2,3,7] -> (1,3), (7,7)."""
+    run: list[int] = []
+    for index in indexes:
+        if run and index != run[1] + 1:
+            yield run[0], run[1]
+            run = []
+        run = [run[0] if run else index, index]
+    if run:
+        yield run[0], run[1]

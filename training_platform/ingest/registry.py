@@ -1,0 +1,149 @@
+"""Which jobs exist: discovered from the metrics directory or registered (local dir or SSH),
+and the reader that reads a job's files.
+
+Helpers only add/flush; the caller (route or sync service) owns the transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from training_platform.callbacks.wire import validate_job_id
+from training_platform.errors import InvalidSourceError, JobConflictError
+from training_platform.ingest.persister import ensure_sync_state
+from training_platform.ingest.readers import LocalMetricsReader, MetricsReader, discover_job_ids
+from training_platform.ingest.ssh import SSHTarget, resolve_key_path
+from training_platform.ingest.ssh_reader import SSHMetricsReader
+from training_platform.settings import Settings
+from training_platform.store.database import dialect_insert
+from training_platform.store.models import DeletedJob, Job
+
+
+@dataclass(frozen=True)
+class SSHSource:
+    host: str
+    port: int
+    username: str
+    key_path: str
+    remote_dir: str
+
+
+def discover_jobs(session: Session, metrics_dir: Path) -> list[str]:
+    """Register every `{job_id}_metrics.jsonl` in `metrics_dir` not known yet.
+
+    Returns the ids added. A job registered under the same id elsewhere keeps
+    its registration (first come, first served; never silently re-pointed). A
+    job deleted through the API stays deleted even while its file still grows
+    (its tombstone in `deleted_jobs`), until it is registered again.
+    """
+    if not metrics_dir.is_dir():
+        return []
+    directory = str(metrics_dir.resolve())
+    known = set(session.scalars(select(Job.job_id)))
+    known.update(session.scalars(select(DeletedJob.job_id)))
+    added = [job_id for job_id in discover_job_ids(metrics_dir) if job_id not in known]
+    now = time.time()
+    for job_id in added:
+        session.execute(
+            dialect_insert(session)(Job.__table__)
+            .values(
+                job_id=job_id,
+                source="local",
+                discovered=True,
+                metrics_dir=directory,
+                status="pending",
+                anomaly_detected=False,
+                created_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["job_id"])
+        )
+        ensure_sync_state(session, job_id)
+    return added
+
+
+def register_job(
+    session: Session,
+    settings: Settings,
+    *,
+    job_id: str,
+    metrics_dir: str | None = None,
+    ssh: SSHSource | None = None,
+) -> tuple[Job, bool]:
+    """Register a job; returns (job, created). Same source again is a no-op.
+
+    Exactly one of `metrics_dir` and `ssh` must be given. Raises
+    `InvalidSourceError` for a missing directory or a key outside the key dir,
+    `JobConflictError` when the id is taken by a different source.
+    """
+    validate_job_id(job_id)
+    if (metrics_dir is None) == (ssh is None):
+        raise InvalidSourceError("give exactly one of 'metrics_dir' and 'ssh'")
+    candidate = Job(job_id=job_id, discovered=False, status="pending", anomaly_detected=False)
+    if metrics_dir is not None:
+        directory = Path(metrics_dir).expanduser()
+        if not directory.is_dir():
+            raise InvalidSourceError(f"metrics_dir {metrics_dir!r} is not a directory")
+        candidate.source, candidate.metrics_dir = "local", str(directory.resolve())
+    else:
+        assert ssh is not None
+        key = resolve_key_path(ssh.key_path, settings.ssh_key_dir)
+        candidate.source = "ssh"
+        candidate.ssh_host, candidate.ssh_port = ssh.host, ssh.port
+        candidate.ssh_username, candidate.ssh_key_path = ssh.username, str(key)
+        candidate.ssh_remote_dir = ssh.remote_dir
+
+    existing = session.get(Job, job_id)
+    if existing is not None:
+        if _same_source(existing, candidate):
+            return existing, False
+        raise JobConflictError(f"job {job_id!r} already exists with a different source")
+    candidate.created_at = time.time()
+    # Registering is the explicit "bring it back" for a deleted job.
+    session.execute(delete(DeletedJob).where(DeletedJob.job_id == job_id))
+    session.add(candidate)
+    session.flush()
+    ensure_sync_state(session, job_id)
+    return candidate, True
+
+
+def _same_source(a: Job, b: Job) -> bool:
+    fields = (
+        "source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username", "ssh_key_path",
+        "ssh_remote_dir",
+    )  # fmt: skip
+    return all(getattr(a, name) == getattr(b, name) for name in fields)
+
+
+def ssh_target(job: Job, settings: Settings) -> SSHTarget:
+    assert job.ssh_host and job.ssh_username and job.ssh_key_path
+    extra = (settings.ssh_known_hosts,) if settings.ssh_known_hosts else ()
+    return SSHTarget(
+        host=job.ssh_host,
+        port=job.ssh_port or 22,
+        username=job.ssh_username,
+        key_path=Path(job.ssh_key_path),
+        known_hosts_files=extra,
+        timeout=settings.ssh_timeout,
+    )
+
+
+def make_reader(job: Job, settings: Settings) -> MetricsReader:
+    """The reader for a job's files, local or over SSH."""
+    limits = {"max_line_bytes": settings.max_line_bytes, "max_bytes": settings.sync_batch_bytes}
+    follow = settings.follow_symlinks
+    if job.source == "ssh":
+        assert job.ssh_remote_dir is not None
+        return SSHMetricsReader(
+            job.job_id,
+            job.ssh_remote_dir,
+            ssh_target(job, settings),
+            follow_symlinks=follow,
+            **limits,
+        )
+    assert job.metrics_dir is not None
+    return LocalMetricsReader(job.job_id, job.metrics_dir, follow_symlinks=follow, **limits)

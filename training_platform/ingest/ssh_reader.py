@@ -1,0 +1,125 @@
+"""The reader of a job's files on an SSH host, over SFTP (see `ingest/readers.py`)."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import stat
+from collections.abc import Callable
+
+import paramiko
+
+from training_platform.errors import MetricsSourceError
+from training_platform.ingest.line_scanner import ReadAt, ReadBatch
+from training_platform.ingest.readers import (
+    METRICS_SUFFIX,
+    STATUS_SUFFIX,
+    SYMLINK_REFUSED,
+    MetricsReader,
+    MissingFileError,
+    NotRegularFileError,
+)
+from training_platform.ingest.ssh import SSHConnection, SSHTarget, sftp_read_at
+
+logger = logging.getLogger(__name__)
+
+
+class SSHMetricsReader(MetricsReader):
+    """Reads ``{remote_dir}/{job_id}_metrics.jsonl`` on an SSH host over SFTP.
+
+    Keeps one connection, re-established when it drops (see `SSHConnection`):
+    a read that fails half-way is run again from the caller's position, and
+    one that gives up has consumed nothing, so the caller retries later with
+    the position it committed. `attempts` and `backoff` bound each call.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        remote_dir: str,
+        target: SSHTarget,
+        *,
+        max_line_bytes: int = 1 << 20,
+        max_bytes: int = 8 << 20,
+        attempts: int = 3,
+        backoff: float = 0.5,
+        follow_symlinks: bool = False,
+    ) -> None:
+        super().__init__(job_id, max_line_bytes=max_line_bytes, max_bytes=max_bytes)
+        self.follow_symlinks = follow_symlinks
+        self.target = target
+        self.remote_dir = remote_dir
+        self.metrics_path = posixpath.join(remote_dir, f"{self.job_id}{METRICS_SUFFIX}")
+        self.status_path = posixpath.join(remote_dir, f"{self.job_id}{STATUS_SUFFIX}")
+        self.connection = SSHConnection(target, attempts=attempts, backoff=backoff)
+
+    def _with_file(
+        self, suffix: str, what: str, scan: Callable[[ReadAt, int], ReadBatch]
+    ) -> ReadBatch:
+        path = posixpath.join(self.remote_dir, f"{self.job_id}{suffix}")
+        where = f"{self.target.address}:{path}"
+
+        def read(sftp: paramiko.SFTPClient) -> ReadBatch:
+            try:
+                self._check_remote_type(sftp, path, where)
+                file = sftp.open(path, "rb")
+            except FileNotFoundError:
+                raise MissingFileError(f"{what} file {where} does not exist") from None
+            except PermissionError as exc:
+                raise MetricsSourceError(f"cannot open {where}: {exc}") from None
+            with file:
+                info = file.stat()
+                if not stat.S_ISREG(info.st_mode or 0):
+                    raise MetricsSourceError(f"{where} is not a regular file")
+                size = info.st_size or 0
+                return scan(lambda offset, n: sftp_read_at(file, offset, n), size)
+
+        return self.connection.run(read)
+
+    def _check_remote_type(self, sftp: paramiko.SFTPClient, path: str, where: str) -> None:
+        """Refuse a remote symlink (unless allowed) or anything but a regular file.
+
+        Looked at before opening: the remote sftp-server opens a FIFO blocking,
+        so opening one hung each sync until the timeout, reported the host as
+        unreachable and left a stuck sftp-server process behind per attempt.
+        """
+        info = sftp.stat(path) if self.follow_symlinks else sftp.lstat(path)
+        mode = info.st_mode or 0
+        if stat.S_ISLNK(mode):
+            raise MetricsSourceError(f"{where} {SYMLINK_REFUSED}")
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(f"{where} is not a regular file")
+
+    def _read_status_bytes(self, limit: int) -> bytes | None:
+        where = self.status_location
+
+        def read(sftp: paramiko.SFTPClient) -> bytes | None:
+            try:
+                self._check_remote_type(sftp, self.status_path, where)
+                with sftp.open(self.status_path, "rb") as file:
+                    data: bytes = file.read(limit)
+                    return data
+            except (FileNotFoundError, PermissionError):
+                return None
+
+        try:
+            return self.connection.run(read)
+        except NotRegularFileError as exc:  # as for a local one: ignored, logged
+            logger.warning("cannot read status file %s: %s", where, exc)
+            return None
+
+    def metrics_file_exists(self) -> bool:
+        def check(sftp: paramiko.SFTPClient) -> bool:
+            try:
+                return stat.S_ISREG(sftp.stat(self.metrics_path).st_mode or 0)
+            except FileNotFoundError:
+                return False
+
+        return self.connection.run(check)
+
+    @property
+    def status_location(self) -> str:
+        return f"{self.target.address}:{self.status_path}"
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,396 @@
+"""Keeps every job's rows in step with its files: discovery, sync, status.
+
+One `SyncService` per server process. It caches one reader per job (an SSH
+reader holds a connection worth reusing) and serialises syncs of the same job
+inside the process with a lock; across processes the persister's
+compare-and-swap on the offset keeps ingestion exactly-once anyway.
+
+A `SyncListener` (the live pipeline) hears about every committed batch and
+status change, whoever triggered the sync (background or `POST .../sync`),
+always under the job's lock: so for one job its calls never overlap and come
+in commit order. It only listens: what is stored (a stalled verdict included,
+see `ingest/stall.py`) is decided here, before the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from training_platform.callbacks.wire import validate_job_id
+from training_platform.errors import JobNotFoundError, MetricsSourceError
+from training_platform.ingest.file_kinds import LineFileKind
+from training_platform.ingest.line_scanner import ReadPosition
+from training_platform.ingest.metrics_file import METRICS
+from training_platform.ingest.persister import CommittedBatch, SyncResult, sync_file
+from training_platform.ingest.quiet_rounds import (
+    FailureLog,
+    FileSignature,
+    file_signature,
+    status_inode,
+)
+from training_platform.ingest.readers import MetricsReader
+from training_platform.ingest.registry import discover_jobs, make_reader
+from training_platform.ingest.stall import StallWatch
+from training_platform.ingest.status_file import sync_status
+from training_platform.settings import Settings
+from training_platform.store.models import TERMINAL_STATUSES, Job, SyncState
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class JobSyncOutcome:
+    result: SyncResult
+    status_changed: bool
+
+
+class SyncListener(Protocol):
+    """Hooks called by `SyncService.sync_job` while it holds the job's lock."""
+
+    def batch_committed(self, job_id: str, batch: CommittedBatch) -> None:
+        """A batch was committed: its records (one per step, the newest, in file
+        order) and exactly the anomaly rows it wrote."""
+
+    def status_changed(self, job: Job) -> None:
+        """The job's status fields changed and were committed."""
+
+
+class SyncService:
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        settings: Settings,
+        *,
+        listener: SyncListener | None = None,
+        stall: StallWatch | None = None,
+        line_kinds: Sequence[LineFileKind] = (),
+    ) -> None:
+        self._factory = factory
+        self._settings = settings
+        self.listener = listener
+        # The job's line files besides its metrics file (ingest/file_kinds.py).
+        self.line_kinds = tuple(line_kinds)
+        # Every file of a job whose change is worth a sync, status file aside.
+        self.line_suffixes = (METRICS.suffix, *(kind.suffix for kind in self.line_kinds))
+        # Marks running jobs gone silent as stalled (None: never, e.g. `sync` once).
+        self.stall = stall
+        self._readers: dict[str, MetricsReader] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        # job id -> (offset, file size) after the last batch committed by this process.
+        self._progress: dict[str, tuple[int, int]] = {}
+        # Jobs whose syncs in flight should stop at their next batch (see `exclusive`).
+        self._interrupted: set[str] = set()
+        # job id -> its local files as they were when this process last read
+        # them to the end, and the status the job had then (see `is_unchanged`).
+        self._seen: dict[str, FileSignature] = {}
+        self._statuses: dict[str, str] = {}
+        self._failures = FailureLog(logger)  # each job's error, logged once per change
+        self._guard = threading.Lock()
+
+    @property
+    def session_factory(self) -> sessionmaker[Session]:
+        return self._factory
+
+    def _lock(self, job_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(job_id, threading.Lock())
+
+    def job_lock(self, job_id: str) -> threading.Lock:
+        """The lock every sync of `job_id` holds: whoever holds it sees no sync
+        half-done, and every committed batch already announced to the listener."""
+        return self._lock(job_id)
+
+    def _reader(self, job: Job) -> MetricsReader:
+        with self._guard:
+            reader = self._readers.get(job.job_id)
+            if reader is None:
+                reader = self._readers[job.job_id] = make_reader(job, self._settings)
+            return reader
+
+    def forget_reader(self, job_id: str) -> None:
+        with self._guard:
+            reader = self._readers.pop(job_id, None)
+        if reader is not None:
+            reader.close()
+
+    @contextlib.contextmanager
+    def exclusive(self, job_id: str) -> Iterator[None]:
+        """Hold the job's lock, asking a sync in flight to stop at its next batch.
+
+        For deleting a job: a catch-up of a long backlog would otherwise keep
+        the lock (and the DELETE request) for as long as it takes.
+        """
+        with self._guard:
+            self._interrupted.add(job_id)
+        try:
+            with self._lock(job_id):
+                yield
+        finally:
+            with self._guard:
+                self._interrupted.discard(job_id)
+
+    def forget_job(self, job_id: str) -> None:
+        """The job was deleted: close its reader, drop its state (under the job's lock)."""
+        self.forget_reader(job_id)
+        if self.stall is not None:
+            self.stall.forget(job_id)
+        self._progress.pop(job_id, None)
+        with self._guard:
+            self._seen.pop(job_id, None)
+            self._statuses.pop(job_id, None)
+        self._failures.forget(job_id)
+
+    def is_unchanged(self, job_id: str, signature: FileSignature) -> bool:
+        """Whether this process already read the job's files as they are now.
+
+        A background round skips such a job without a database statement.
+        """
+        with self._guard:
+            return self._seen.get(job_id) == signature
+
+    def known_status(self, job_id: str) -> str | None:
+        """The job's status after this process's last sync of it (None: none yet)."""
+        with self._guard:
+            return self._statuses.get(job_id)
+
+    def discover(self) -> list[str]:
+        """Register jobs whose files appeared in the metrics directory."""
+        with self._factory.begin() as session:
+            return discover_jobs(session, self._settings.metrics_dir)
+
+    def is_known(self, job_id: str) -> bool:
+        """Whether the job is known, or its files just appeared (then it is registered).
+
+        The one answer to "404 or not" for routes, WebSockets and syncs. No
+        connection is held while discovery takes its own.
+        """
+
+        def lookup() -> None:
+            with self._factory() as session:
+                if session.get(Job, job_id) is None:
+                    raise JobNotFoundError(f"job {job_id!r} not found")
+
+        try:
+            self._after_discovery(lookup)
+        except JobNotFoundError:
+            return False
+        return True
+
+    def _after_discovery(self, lookup: Callable[[], T]) -> T:
+        """`lookup()`, tried again after a discovery when the job is not known.
+
+        Looked up again rather than trusting what this discovery added: a
+        concurrent one (the background round) may have registered it first.
+        """
+        try:
+            return lookup()
+        except JobNotFoundError:
+            self.discover()
+            return lookup()
+
+    def sync_job(self, job_id: str, *, budget: float | None = None) -> JobSyncOutcome:
+        """Ingest new lines and the status file of one job.
+
+        With `budget` (seconds) it stops starting new batches once the budget
+        is spent, even short of the end of the file (`result.at_eof` False):
+        the caller answers promptly and leaves the rest to another sync. Each
+        batch is still its own exactly-once transaction. Raises
+        `JobNotFoundError`, or `MetricsSourceError` when the files cannot be
+        read (the reason is also stored on the job).
+        """
+        lock = self._lock(job_id)
+        deadline = None if budget is None else time.monotonic() + budget
+        # A budgeted caller does not queue behind a long sync of the same job
+        # (a background catch-up holds the lock for as long as it runs): it
+        # answers with that sync's progress instead.
+        if not lock.acquire(timeout=-1 if budget is None else budget):
+            return JobSyncOutcome(self._progress_of(job_id), status_changed=False)
+        try:
+            return self._sync_job_locked(job_id, deadline)
+        finally:
+            lock.release()
+
+    def _sync_job_locked(self, job_id: str, deadline: float | None) -> JobSyncOutcome:
+        """`sync_job` once the job's lock is held."""
+        job, position = self._after_discovery(lambda: self._load(job_id))
+        reader = self._reader(job)
+        # Looked at before reading: an append during the sync makes the files
+        # differ from this, so the next round reads them again.
+        signature = None
+        if job.source == "local" and job.metrics_dir:
+            signature = file_signature(
+                job.metrics_dir,
+                job_id,
+                status_inode(job.metrics_dir, job_id),
+                self.line_suffixes,
+            )
+        try:
+            result = self._sync_file(job_id, reader, METRICS, position, deadline=deadline)
+            for kind in self.line_kinds:
+                if not result.at_eof:
+                    break
+                more = self._sync_file(job_id, reader, kind, deadline=deadline)
+                result.at_eof = more.at_eof
+            if not result.at_eof:
+                # Lines are still waiting: a final status read now would be
+                # announced before them (a run "finished" ahead of its last
+                # steps). The sync that reaches the end reads it.
+                return JobSyncOutcome(result, status_changed=False)
+            job, status_changed = sync_status(self._factory, job, reader, self.stall)
+            if status_changed and job.status in TERMINAL_STATUSES:
+                # A trainer writes its last lines before its final status; a
+                # line appended between our two reads would otherwise be
+                # announced after the run's end. One more read catches it.
+                result.add(self._sync_file(job_id, reader, METRICS))
+                for kind in self.line_kinds:
+                    self._sync_file(job_id, reader, kind)
+        except MetricsSourceError as exc:
+            self._record_error(job_id, str(exc))
+            raise
+        with self._guard:
+            self._statuses[job_id] = job.status
+            if signature is not None:
+                self._seen[job_id] = signature
+        if status_changed and self.listener is not None:
+            self._tell(self.listener.status_changed, job)
+        return JobSyncOutcome(result, status_changed)
+
+    def _load(self, job_id: str) -> tuple[Job, ReadPosition | None]:
+        """The job and its committed read position, in one statement.
+
+        Read in autocommit (no BEGIN/ROLLBACK round trips): the position is only
+        a starting point, the persister's compare-and-swap checks it. None when
+        the job has no sync_state row yet (the persister creates it).
+        """
+        with self._factory() as session:
+            session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+            row = session.execute(
+                select(Job, SyncState.offset, SyncState.fingerprint, SyncState.discarding)
+                .outerjoin(
+                    SyncState, (SyncState.job_id == Job.job_id) & (SyncState.kind == METRICS.name)
+                )
+                .where(Job.job_id == validate_job_id(job_id))
+            ).first()
+        if row is None:
+            raise JobNotFoundError(f"job {job_id!r} not found")
+        job, offset, fingerprint, discarding = row
+        if offset is None:
+            return job, None
+        return job, ReadPosition(offset, fingerprint, discarding)
+
+    def _sync_file(
+        self,
+        job_id: str,
+        reader: MetricsReader,
+        kind: LineFileKind,
+        position: ReadPosition | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> SyncResult:
+        """New lines of the `kind` file up to its end, or until `deadline` (time.monotonic()).
+
+        One batch (one transaction) at a time, so the clock is looked at and
+        the progress noted between commits; at least one batch always runs, so
+        every call makes progress. The metrics file's progress is what a
+        budgeted caller is answered while this sync holds the lock.
+        """
+        result = self._sync_batch(job_id, reader, kind, position)
+        self._note_progress(job_id, kind, result)
+        while not result.at_eof and (deadline is None or time.monotonic() < deadline):
+            if job_id in self._interrupted:
+                break
+            result.add(self._sync_batch(job_id, reader, kind))
+            self._note_progress(job_id, kind, result)
+        return result
+
+    def _note_progress(self, job_id: str, kind: LineFileKind, result: SyncResult) -> None:
+        if kind is METRICS:
+            self._progress[job_id] = (result.offset, result.file_size)
+
+    def _progress_of(self, job_id: str) -> SyncResult:
+        """What a sync in flight has reached: offset and file size at its last commit."""
+        progress = self._progress.get(job_id)
+        if progress is None:  # it has not committed a batch yet: the stored offset
+            with self._factory() as session:
+                state = session.get(SyncState, (job_id, METRICS.name))
+                offset = state.offset if state is not None else 0
+            progress = (offset, offset)
+        offset, file_size = progress
+        return SyncResult(job_id=job_id, offset=offset, file_size=file_size, at_eof=False)
+
+    def _sync_batch(
+        self,
+        job_id: str,
+        reader: MetricsReader,
+        kind: LineFileKind,
+        position: ReadPosition | None = None,
+    ) -> SyncResult:
+        """One committed batch (the persister retries a lost compare-and-swap itself)."""
+        return sync_file(
+            self._factory,
+            job_id,
+            reader,
+            kind,
+            on_commit=lambda batch: self._committed(job_id, batch),
+            position=position,
+            max_batches=1,
+        )
+
+    def _committed(self, job_id: str, batch: CommittedBatch) -> None:
+        if self.stall is not None and batch.kind == METRICS.name:
+            self.stall.note_records(job_id, batch.records)  # the file grew now
+        if self.listener is not None:
+            self._tell(self.listener.batch_committed, job_id, batch)
+
+    @staticmethod
+    def _tell(hook: Any, *args: Any) -> None:
+        # The rows are committed whatever a listener does: its failure is
+        # logged, never allowed to fail (and so repeat) the sync.
+        try:
+            hook(*args)
+        except Exception:
+            logger.exception("sync listener %s failed", getattr(hook, "__name__", hook))
+
+    def _record_error(self, job_id: str, message: str) -> None:
+        with self._factory.begin() as session:
+            job = session.get(Job, job_id)
+            if job is not None:
+                job.last_sync_error = message[:2000]
+                job.last_synced_at = time.time()
+
+    def sync_in_background(self, job_id: str) -> JobSyncOutcome | None:
+        """`sync_job` for a background round: never raises, logs a failure once.
+
+        A job whose files cannot be read fails the same way every round: its
+        error is logged when it first appears and when it changes (with the
+        traceback for an unexpected one), and once when syncs work again.
+        """
+        try:
+            outcome = self.sync_job(job_id)
+        except JobNotFoundError as exc:  # deleted meanwhile: nothing to report
+            logger.debug("background sync of %s skipped: %s", job_id, exc)
+            return None
+        except Exception as exc:
+            self._failures.failed(job_id, exc)
+            return None
+        self._failures.succeeded(job_id)
+        return outcome
+
+    def close(self) -> None:
+        with self._guard:
+            readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            try:
+                reader.close()
+            except Exception:
+                logger.exception("closing a reader failed")

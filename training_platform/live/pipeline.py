@@ -1,0 +1,160 @@
+"""Live fan-out: what happens to a job's rows once they are committed.
+
+`LivePipeline` is the sync service's listener. For every committed batch (from
+the background sync or `POST .../sync`, always under the job's lock, so in
+commit order) it:
+
+1. stamps the batch with the job's next commit number (`JobChannel.next_seq`);
+2. serialises one message per record, once for all subscribers, and hands
+   them to the event loop, which puts them on every subscriber's bounded
+   queue (live/channels.py);
+3. runs the platform's detectors (`PlatformDiagnostics`) and announces the
+   anomalies, as messages and to the webhook, one per incident: the rows the
+   persister wrote for the callback's findings and the ones the platform
+   found at the same (step, type) go out once, naming both sources. The
+   metric messages' records still carry the callback's findings (the record's
+   shape), but the page takes anomalies from the anomaly messages only.
+
+Status changes go out through `StatusCoalescer`: at once when the status,
+total_steps or the anomaly flag or reason change, progress alone at most once per
+`status_interval` per job. The pipeline only listens: the stalled verdict is
+stored by the sync service before it is announced here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from training_platform.history.metrics_query import merge_incidents
+from training_platform.ingest.metrics_file import METRICS
+from training_platform.ingest.persister import CommittedBatch
+from training_platform.live.channels import (
+    JobChannel,
+    Message,
+    anomaly_message,
+    metric_message,
+    status_data,
+    status_messages,
+)
+from training_platform.live.diagnostics import PlatformDiagnostics
+from training_platform.live.status_coalescer import StatusCoalescer
+from training_platform.live.webhooks import WebhookNotifier
+from training_platform.store.metric_rows import record_nonfinite_as_strings
+from training_platform.store.models import Job
+
+# A change of one of these is announced at once; a change of the rest
+# (`current_step`, `updated_at`: every step) is progress, coalesced.
+_ANNOUNCED_KEYS: Final = ("status", "total_steps", "anomaly_detected", "anomaly_reason")
+
+
+class LivePipeline:
+    """The sync service's listener: fan-out, diagnosis, webhook.
+
+    Hooks run in sync worker threads; messages reach subscribers through the
+    event loop given to `attach`. Without a loop (the CLI) nothing is fanned
+    out, but diagnosis still happens.
+    """
+
+    def __init__(
+        self,
+        *,
+        queue_size: int,
+        max_message_bytes: int,
+        diagnostics: PlatformDiagnostics | None,
+        webhook: WebhookNotifier | None = None,
+        status_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.queue_size = queue_size
+        self.max_message_bytes = max_message_bytes
+        self.diagnostics = diagnostics
+        self.webhook = webhook
+        self._channels: dict[str, JobChannel] = {}
+        self._announced: dict[str, tuple[Any, ...]] = {}
+        self._guard = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.statuses = StatusCoalescer(status_interval, clock)
+
+    def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Fan out on `loop` from now on; None stops (call it on the old loop)."""
+        if loop is None:
+            self.statuses.cancel()
+        self._loop = loop
+
+    def channel(self, job_id: str) -> JobChannel:
+        # Channels are never removed: a subscriber holds on to its channel, and
+        # a new one for the same job would restart the commit numbers under it.
+        with self._guard:
+            channel = self._channels.get(job_id)
+            if channel is None:
+                channel = self._channels[job_id] = JobChannel(job_id, self.queue_size)
+            return channel
+
+    # -- SyncListener hooks (worker threads, under the job's sync lock) --------
+
+    def batch_committed(self, job_id: str, batch: CommittedBatch) -> None:
+        if batch.kind != METRICS.name:
+            return  # no other kind of line file is streamed live yet
+        channel = self.channel(job_id)
+        seq = channel.next_seq()
+        records = batch.records
+        if channel.subscriber_count:
+            limit = self.max_message_bytes
+            messages = [
+                metric_message(seq, record_nonfinite_as_strings(record), max_bytes=limit)
+                for record in records
+            ]
+            self._deliver(channel, messages)
+        anomalies = list(batch.anomalies)
+        if self.diagnostics is not None:
+            anomalies += self.diagnostics.diagnose(job_id, records)
+        if not anomalies:
+            return
+        # The platform diagnoses the very records that carry the callback's
+        # findings, so both sources of an incident are in this batch: merged
+        # here, it goes out once, and never as a second message later.
+        incidents = merge_incidents(anomalies)
+        if channel.subscriber_count:
+            self._deliver(channel, [anomaly_message(seq, incident) for incident in incidents])
+        if self.webhook is not None:
+            for incident in incidents:
+                self.webhook.notify({"event": "anomaly", "job_id": job_id, **incident})
+
+    def status_changed(self, job: Job) -> None:
+        status = status_data(job)
+        key = tuple(status[name] for name in _ANNOUNCED_KEYS)
+        with self._guard:
+            urgent = self._announced.get(job.job_id) != key
+            self._announced[job.job_id] = key
+        channel = self.channel(job.job_id)
+        seq = channel.next_seq()
+        if not channel.subscriber_count:
+            return  # a later subscriber gets the current status when it connects
+        send = self.statuses.announce if urgent else self.statuses.progress
+        self._schedule(send, channel, status_messages(seq, status))
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _deliver(self, channel: JobChannel, messages: list[Message]) -> None:
+        if messages:
+            self._schedule(JobChannel.publish, channel, messages)
+
+    def _schedule(
+        self,
+        send: Callable[[JobChannel, Sequence[Message]], None],
+        channel: JobChannel,
+        messages: Sequence[Message],
+    ) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        # FIFO: calls scheduled from one thread run in order, and one job's
+        # hooks only ever run one at a time, so commit order is kept. A loop
+        # closed under us (server shutting down) has nobody left to tell.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(send, channel, messages)

@@ -1,0 +1,77 @@
+"""The one place that builds the platform's services and wires them together.
+
+The server (`api/main.py`) and `training-platform sync` both build them here,
+so a sync started from the command line diagnoses, marks stalls and polls by
+the same rules as the server's. Nothing here starts threads or tasks: the
+server's lifespan starts the hub.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from training_platform.ingest.polling import PollRule
+from training_platform.ingest.stall import StallWatch
+from training_platform.ingest.sync_service import SyncService
+from training_platform.live.diagnostics import PlatformDiagnostics, anomaly_config
+from training_platform.live.hub import LiveHub
+from training_platform.live.pipeline import LivePipeline
+from training_platform.live.webhooks import WebhookNotifier
+from training_platform.settings import Settings
+
+
+@dataclass(frozen=True)
+class Services:
+    sync: SyncService
+    poll_rule: PollRule
+    pipeline: LivePipeline
+    hub: LiveHub
+
+    def close(self) -> None:
+        """Close the readers (SSH connections); the hub is stopped by its owner first."""
+        self.sync.close()
+
+
+def build_services(
+    factory: sessionmaker[Session], settings: Settings, *, clock: Callable[[], float] = time.time
+) -> Services:
+    """The sync service, its listener (detectors, webhook), the poll rule and the hub.
+
+    `clock` (Unix seconds) drives the stall watch and the detectors' timestamps,
+    so tests move time instead of sleeping.
+    """
+    diagnostics = None
+    if settings.diagnostics_enabled:
+        diagnostics = PlatformDiagnostics(
+            factory,
+            anomaly_config(settings),
+            warmup_records=settings.diagnostics_warmup_records,
+            clock=clock,
+        )
+    webhook = None
+    if settings.webhook_url:
+        webhook = WebhookNotifier(
+            settings.webhook_url,
+            secret=settings.webhook_secret,
+            attempts=settings.webhook_attempts,
+            timeout=settings.webhook_timeout,
+            backoff=settings.webhook_backoff,
+        )
+    pipeline = LivePipeline(
+        queue_size=settings.live_queue_size,
+        max_message_bytes=settings.live_max_message_bytes,
+        diagnostics=diagnostics,
+        webhook=webhook,
+        status_interval=settings.live_status_interval,
+    )
+    stall = StallWatch(
+        factor=settings.stall_factor, min_seconds=settings.stall_min_seconds, clock=clock
+    )
+    sync = SyncService(factory, settings, listener=pipeline, stall=stall)
+    poll_rule = PollRule(sync, settings)
+    hub = LiveHub(factory, settings, sync, pipeline, poll_rule)
+    return Services(sync=sync, poll_rule=poll_rule, pipeline=pipeline, hub=hub)

@@ -1,0 +1,1 @@
+"""The database: engine and sessions, the tables, record <-> row (docs/architecture.md)."""

@@ -1,0 +1,185 @@
+"""ORM tables. The schema is owned by Alembic: change it here and add a migration."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from training_platform.store.database import Base
+
+JOB_ID = String(128)
+
+# `jobs.status`: what the status file says (pending, running and these), or
+# STALLED, which only the platform says: running, but silent for too long.
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "stopped"})
+STALLED: Final = "stalled"
+# What the status file sets on a job (copied by ingest/status_file.py).
+STATUS_FIELDS: Final = (
+    "status",
+    "current_step",
+    "total_steps",
+    "anomaly_detected",
+    "anomaly_reason",
+    "started_at",
+    "updated_at",
+)
+
+
+class Job(Base):
+    """A training run: where its files are, and what its status file said last."""
+
+    __tablename__ = "jobs"
+
+    job_id: Mapped[str] = mapped_column(JOB_ID, primary_key=True)
+    # "local": files in `metrics_dir`; "ssh": files in `ssh_remote_dir` on `ssh_host`.
+    source: Mapped[str] = mapped_column(String(16), default="local")
+    discovered: Mapped[bool] = mapped_column(Boolean, default=False)
+    metrics_dir: Mapped[str | None] = mapped_column(Text)
+    ssh_host: Mapped[str | None] = mapped_column(String(255))
+    ssh_port: Mapped[int | None] = mapped_column(Integer)
+    ssh_username: Mapped[str | None] = mapped_column(String(255))
+    ssh_key_path: Mapped[str | None] = mapped_column(Text)
+    ssh_remote_dir: Mapped[str | None] = mapped_column(Text)
+    # From {job_id}_status.json (None until one has been read).
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    current_step: Mapped[int | None] = mapped_column(BigInteger)
+    total_steps: Mapped[int | None] = mapped_column(BigInteger)
+    anomaly_detected: Mapped[bool] = mapped_column(Boolean, default=False)
+    anomaly_reason: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[float | None] = mapped_column(Float)
+    # Platform bookkeeping (Unix seconds).
+    created_at: Mapped[float] = mapped_column(Float)
+    last_synced_at: Mapped[float | None] = mapped_column(Float)
+    last_sync_error: Mapped[str | None] = mapped_column(Text)
+
+
+class TrainingMetric(Base):
+    """One row per (job, step); the newest record for a step replaces older ones.
+
+    Non-finite values: the numeric column holds NULL and `nonfinite` records
+    what it really was ({"actor_loss": "NaN", "extra": {"x": "Infinity"}}), so
+    NaN stays distinguishable from missing on SQLite (which stores NaN as NULL)
+    and JSON columns stay standard JSON on PostgreSQL.
+    """
+
+    __tablename__ = "training_metrics"
+    __table_args__ = (Index("ix_training_metrics_job_id_timestamp", "job_id", "timestamp"),)
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    timestamp: Mapped[float | None] = mapped_column(Float)
+    actor_loss: Mapped[float | None] = mapped_column(Float)
+    critic_loss: Mapped[float | None] = mapped_column(Float)
+    total_loss: Mapped[float | None] = mapped_column(Float)
+    reward_mean: Mapped[float | None] = mapped_column(Float)
+    reward_std: Mapped[float | None] = mapped_column(Float)
+    reward_max: Mapped[float | None] = mapped_column(Float)
+    reward_min: Mapped[float | None] = mapped_column(Float)
+    kl_mean: Mapped[float | None] = mapped_column(Float)
+    kl_max: Mapped[float | None] = mapped_column(Float)
+    actor_grad_norm: Mapped[float | None] = mapped_column(Float)
+    critic_grad_norm: Mapped[float | None] = mapped_column(Float)
+    tokens_per_second: Mapped[float | None] = mapped_column(Float)
+    step_time: Mapped[float | None] = mapped_column(Float)
+    gpu_memory_allocated: Mapped[float | None] = mapped_column(Float)  # GiB
+    has_anomaly: Mapped[bool] = mapped_column(Boolean, default=False)
+    anomaly_type: Mapped[str | None] = mapped_column(Text)
+    anomaly_message: Mapped[str | None] = mapped_column(Text)
+    timing: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    other: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    anomalies: Mapped[list[Any] | None] = mapped_column(JSON)
+    nonfinite: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    received_at: Mapped[float] = mapped_column(Float)
+
+
+class Anomaly(Base):
+    """One anomaly at a step: reported by the trainer's callback or found by the platform."""
+
+    __tablename__ = "anomalies"
+    __table_args__ = (
+        UniqueConstraint("job_id", "step", "type", "source"),
+        Index("ix_anomalies_job_id_step", "job_id", "step"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(BigInteger)
+    type: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text, default="")
+    source: Mapped[str] = mapped_column(String(16))  # "callback" | "platform"
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class SyncState(Base):
+    """How far one of a job's files has been ingested; committed with the rows it covers.
+
+    One row per (job, kind of file): `kind` names an `ingest/file_kinds.py`
+    kind ("metrics" for `{job_id}_metrics.jsonl`).
+    """
+
+    __tablename__ = "sync_state"
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True, server_default="metrics")
+    fingerprint: Mapped[str | None] = mapped_column(String(128))
+    offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    discarding: Mapped[bool] = mapped_column(Boolean, default=False)
+    lines_malformed: Mapped[int] = mapped_column(BigInteger, default=0)
+    lines_oversized: Mapped[int] = mapped_column(BigInteger, default=0)
+    records_ingested: Mapped[int] = mapped_column(BigInteger, default=0)
+    resets: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[float | None] = mapped_column(Float)
+
+
+class DeletedJob(Base):
+    """A tombstone: a job deleted through the API, so discovery does not bring it back.
+
+    No foreign key to `jobs`: the job row is gone, the tombstone outlives it.
+    Registering the id again (`POST /api/jobs`) removes the tombstone.
+    """
+
+    __tablename__ = "deleted_jobs"
+
+    job_id: Mapped[str] = mapped_column(JOB_ID, primary_key=True)
+    deleted_at: Mapped[float] = mapped_column(Float)
+
+
+class MetricRollup(Base):
+    """One downsampling bucket (history/rollups.py).
+
+    It covers steps `bucket * WIDTHS[level]` up to the next multiple, summarised.
+    """
+
+    __tablename__ = "metric_rollups"
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    row_count: Mapped[int] = mapped_column(BigInteger)
+    # Per series [min, max, sum, finite count, non-finite count]: see encode_stats.
+    stats: Mapped[bytes] = mapped_column(LargeBinary)
