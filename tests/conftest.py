@@ -70,6 +70,10 @@ SLOW_TESTS = frozenset(
         "test_demo.py::test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer",
         "test_status_transitions.py::test_a_status_file_never_goes_back_while_both_threads_write_it",
         "test_detector_cost.py::test_the_fused_path_equivalence_runs_see_every_kind_of_anomaly",
+        "test_trl_samples.py::test_a_real_grpo_run_records_every_completion_with_its_rewards",
+        "test_sample_diagnostics_demo.py::test_a_healthy_demo_run_raises_no_finding_from_its_samples",
+        "test_sample_diagnostics_demo.py::"
+        "test_the_demos_learning_rate_blow_up_is_caught_from_its_samples_within_5_steps",
         # ingest and history
         "test_persister.py::test_a_killed_sync_process_resumes_without_loss_or_duplicate",
         "test_persister.py::test_many_small_appends_arrive_in_order",

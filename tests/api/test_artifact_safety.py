@@ -25,7 +25,6 @@ from fastapi.testclient import TestClient
 from tests.api.live_support import live_server
 from tests.api.test_artifacts_api import TRACE, make_profiles
 from tests.fixtures_sshd import SSHD
-from training_platform.api.main import create_app
 from training_platform.settings import Settings
 
 SECRET = b"TOP-SECRET-outside-the-profiles-folder"
@@ -222,19 +221,6 @@ def test_impossible_static_paths_are_404(client: TestClient, path: str) -> None:
 
 
 # --- SSH ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def ssh_client(settings: Settings, sshd: SSHD) -> Iterator[TestClient]:
-    trusting = settings.model_copy(
-        update={
-            "ssh_key_dir": sshd.key_dir,
-            "ssh_known_hosts": sshd.known_hosts_path,
-            "ssh_timeout": 5.0,
-        }
-    )
-    with TestClient(create_app(trusting)) as client:
-        yield client
 
 
 @pytest.mark.ssh

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.fixtures_sshd import SSHD
-from training_platform.api.main import create_app
-from training_platform.settings import Settings
 
 TRACE = b'{"traceEvents": [{"name": "aten::mm", "ph": "X", "ts": 1, "dur": 5}]}'
 OP_STATS = b"op_name,self_time_ms,total_time_ms,calls\naten::mm,0.005,0.005,1\n"
@@ -97,15 +94,6 @@ def test_symlinks_out_of_the_folder_are_neither_listed_nor_served(
 
 def test_unknown_job_is_404(client: TestClient) -> None:
     assert client.get("/api/jobs/ghost/artifacts").status_code == 404
-
-
-@pytest.fixture
-def ssh_client(settings: Settings, sshd: SSHD) -> Iterator[TestClient]:
-    trusting = settings.model_copy(
-        update={"ssh_key_dir": sshd.key_dir, "ssh_known_hosts": sshd.known_hosts_path}
-    )
-    with TestClient(create_app(trusting)) as client:
-        yield client
 
 
 def test_artifacts_of_an_ssh_job_are_listed_and_streamed(

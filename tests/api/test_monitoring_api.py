@@ -225,6 +225,7 @@ def test_an_incident_is_the_same_whichever_source_comes_first() -> None:
         "source": "callback",
         "sources": ["callback", "platform"],
         "created_at": 1.0,
+        "evidence": None,  # only a finding from samples points at samples
     }
 
     assert merge_incidents([callback, platform]) == [expected]

@@ -342,15 +342,6 @@ def test_the_artifact_listing_is_capped(client: TestClient, metrics_dir: Path) -
     )
 
 
-@pytest.fixture
-def ssh_client(settings: Settings, sshd: SSHD) -> Iterator[TestClient]:
-    trusting = settings.model_copy(
-        update={"ssh_key_dir": sshd.key_dir, "ssh_known_hosts": sshd.known_hosts_path}
-    )
-    with TestClient(create_app(trusting)) as client:
-        yield client
-
-
 def test_the_artifact_listing_of_an_ssh_job_is_capped(ssh_client: TestClient, sshd: SSHD) -> None:
     make_profiles(sshd.remote_dir, "remote1")  # 5 files
     assert ssh_client.post("/api/jobs", json=sshd.job_body()).status_code == 201

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -12,19 +10,6 @@ from training_platform.api.main import create_app
 from training_platform.callbacks.wire_lines import encode_record
 from training_platform.callbacks.wire_records import build_record
 from training_platform.settings import Settings
-
-
-@pytest.fixture
-def ssh_client(settings: Settings, sshd: SSHD) -> Iterator[TestClient]:
-    trusting = settings.model_copy(
-        update={
-            "ssh_key_dir": sshd.key_dir,
-            "ssh_known_hosts": sshd.known_hosts_path,
-            "ssh_timeout": 5.0,
-        }
-    )
-    with TestClient(create_app(trusting)) as client:
-        yield client
 
 
 def append(sshd: SSHD, *steps: int, partial: bytes = b"") -> None:

@@ -18,7 +18,15 @@ from starlette.concurrency import run_in_threadpool
 from training_platform import __version__
 from training_platform.api.deps import reject_unknown_query_params, require_token
 from training_platform.api.errors import install_error_handlers
-from training_platform.api.routers import artifacts, dashboard, jobs, live, monitoring, playback
+from training_platform.api.routers import (
+    artifacts,
+    dashboard,
+    jobs,
+    live,
+    monitoring,
+    playback,
+    samples,
+)
 from training_platform.api.security import install_security
 from training_platform.services import Services, build_services
 from training_platform.settings import Settings
@@ -71,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     api.include_router(jobs.router)
     api.include_router(monitoring.router)
+    api.include_router(samples.router)
     api.include_router(artifacts.router)
     app.include_router(api)
     # WebSockets check Origin and the token in their own handshake: the

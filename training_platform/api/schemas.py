@@ -36,6 +36,13 @@ class SSHSourceIn(BaseModel):
         min_length=1, description="Private key file; must lie inside the server's key directory."
     )
     remote_dir: str = Field(min_length=1, examples=["/home/alice/platform_metrics"])
+    remote_rollout_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        description="verl's rollout dumps on that host (`trainer.rollout_data_dir`: one "
+        "`{step}.jsonl` per step), read as the job's samples.",
+        examples=["/home/alice/verl_rollouts"],
+    )
 
 
 class JobCreate(BaseModel):
@@ -46,11 +53,21 @@ class JobCreate(BaseModel):
     job_id: JobId
     metrics_dir: LocalPath | None = Field(default=None, min_length=1, examples=["/data/runs"])
     ssh: SSHSourceIn | None = None
+    rollout_dir: LocalPath | None = Field(
+        default=None,
+        min_length=1,
+        description="With `metrics_dir`: verl's rollout dumps (`trainer.rollout_data_dir`: "
+        "one `{step}.jsonl` per step), read as the job's samples; it may not exist yet. "
+        "Without it, `{job_id}_rollouts/` next to the metrics file is read when present.",
+        examples=["/data/verl_rollouts/run7"],
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> JobCreate:
         if (self.metrics_dir is None) == (self.ssh is None):
             raise ValueError("give exactly one of 'metrics_dir' and 'ssh'")
+        if self.rollout_dir is not None and self.ssh is not None:
+            raise ValueError("an SSH job's rollout directory is 'ssh.remote_rollout_dir'")
         return self
 
 
@@ -60,6 +77,7 @@ class SSHSourceOut(BaseModel):
     username: str
     key_path: str
     remote_dir: str
+    remote_rollout_dir: str | None = None
 
 
 class SyncStateOut(BaseModel):
@@ -79,6 +97,12 @@ class JobOut(BaseModel):
     discovered: bool = Field(description="Found in PLATFORM_METRICS_DIR rather than registered.")
     metrics_dir: str | None
     ssh: SSHSourceOut | None
+    rollout_dir: str | None = Field(
+        default=None,
+        description="Where verl's rollout dumps are read from, as registered (for an SSH job: "
+        "on its host). Null: a local job's `{job_id}_rollouts/` next to its metrics file, "
+        "read when present; an SSH job has none.",
+    )
     status: str = Field(
         description="pending, running, completed, failed or stopped (from the status file), "
         "or stalled: running, but the metrics file went silent for far longer than usual."
@@ -109,7 +133,7 @@ class JobList(BaseModel):
     jobs: list[JobOut]
 
 
-AnomalySource = Literal["callback", "platform"]
+AnomalySource = Literal["callback", "platform", "samples"]
 
 
 class AnomalyOut(BaseModel):
@@ -121,9 +145,14 @@ class AnomalyOut(BaseModel):
     message: str
     source: AnomalySource = Field(description="The first of `sources` (the callback's first).")
     sources: list[AnomalySource] = Field(
-        description="Who found it: the trainer's callback, the platform's detectors, or both."
+        description="Who found it: the trainer's callback, the platform's detectors over the "
+        "metrics, or both; or the platform's detectors over the generated samples."
     )
     created_at: float = Field(description="When it was first stored.")
+    evidence: list[int] | None = Field(
+        default=None,
+        description="For a finding from samples: the indexes of the step's samples that show it.",
+    )
 
 
 class AnomalyList(BaseModel):

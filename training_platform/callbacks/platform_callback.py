@@ -1,4 +1,5 @@
-"""PlatformCallback: one JSON line per step plus an atomic status file (docs/contract.md §1).
+"""PlatformCallback: one JSON line per step plus an atomic status file (docs/contract.md §1),
+and generated samples on demand (`log_samples`: docs/trainer.md, Samples).
 
 The training thread only snapshots the step's metrics (numbers, not tensors a
 trainer may later mutate in place) and hands them to a `RecordWriter`. By
@@ -18,8 +19,6 @@ is left to the writer, every `status_interval` seconds. See docs/trainer.md.
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
 import sys
 import time
@@ -36,16 +35,17 @@ from training_platform.callbacks.base import (
     StopTraining,
     report_failure,
 )
+from training_platform.callbacks.exit_drain import live_callbacks
 from training_platform.callbacks.record_writer import (
     FsyncPolicy,
     InlineSink,
     RecordWriter,
     ThreadSink,
 )
+from training_platform.callbacks.sample_backlog import SampleBacklog
+from training_platform.callbacks.samples import DEFAULT_MAX_PER_STEP, Column, SampleLog
 from training_platform.callbacks.step_metrics import OpenStep, StepBuffer
 from training_platform.callbacks.wire import validate_job_id
-
-logger = logging.getLogger(__name__)
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -78,7 +78,10 @@ class PlatformCallback(Callback):
         background: write on a background thread; default: yes, unless
             `stop_on_anomaly` (which needs each step checked before the next).
         queue_size: steps the background writer may lag behind before the
-            training thread waits for it (memory stays bounded, nothing is dropped).
+            training thread waits for it (no step is dropped; `log_samples`
+            calls past 8 waiting are dropped instead: callbacks/sample_backlog.py).
+        max_samples_per_step: `log_samples` keeps at most this many per step
+            (whole groups when groups are given).
         enabled: default: only on global rank 0 (``$RANK`` unset or ``0``).
         clock: time source for timestamps (tests inject one).
     """
@@ -99,6 +102,7 @@ class PlatformCallback(Callback):
         status_interval: float = 1.0,
         background: bool | None = None,
         queue_size: int = 10_000,
+        max_samples_per_step: int = DEFAULT_MAX_PER_STEP,
         enabled: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -106,6 +110,9 @@ class PlatformCallback(Callback):
         self.output_dir = Path(output_dir) if output_dir is not None else default_output_dir()
         self.metrics_path = self.output_dir / f"{job_id}_metrics.jsonl"
         self.status_path = self.output_dir / f"{job_id}_status.json"
+        self.samples_path = self.output_dir / f"{job_id}_samples.jsonl"
+        self._samples = SampleLog(max_samples_per_step)
+        self._sample_backlog = SampleBacklog()  # samples never make training wait
         self.stop_on_anomaly = stop_on_anomaly
         self.contributors = list(contributors)
         self.enabled = os.environ.get("RANK", "0") == "0" if enabled is None else enabled
@@ -134,6 +141,7 @@ class PlatformCallback(Callback):
             fsync=fsync,
             status_interval=status_interval,
             clock=clock,
+            samples_path=self.samples_path,
         )
         self._sink: InlineSink | ThreadSink | None = None
         if self.enabled:
@@ -252,6 +260,33 @@ class PlatformCallback(Callback):
         """Write one step's record now (the whole API for a hand-written loop)."""
         self.on_step_end(step, metrics)
 
+    def log_samples(
+        self,
+        step: int,
+        prompts: Column,
+        completions: Column,
+        rewards: Column | None = None,
+        reward_components: Any = None,
+        groups: Column | None = None,
+        response_lengths: Column | None = None,
+        finish_reasons: Column | None = None,
+        extra: Column | None = None,
+    ) -> None:
+        """Append `step`'s generated samples to ``{job_id}_samples.jsonl``, one line each.
+
+        Columns hold one item per sample (lists, tuples, numpy arrays, tensors);
+        `reward_components` is name -> column or one mapping per sample, `extra`
+        one mapping per sample. Unequal lengths raise `ValueError` here. Lines
+        are built and written by the metrics' writer (docs/trainer.md, Samples).
+        """
+        found = self._samples.command(
+            step, prompts, completions, rewards, reward_components, groups,
+            response_lengths, finish_reasons, extra, enabled=self.enabled,
+        )  # fmt: skip
+        if found is not None and self._sample_backlog.reserve(step):
+            done = self._sample_backlog.release
+            self._submit(("samples", found[0], found[1], self._clock(), found[2], done))
+
     def commit_step(self) -> None:
         """Write the open step, if any, then stop training if an anomaly asked to."""
         if self.enabled:
@@ -343,7 +378,7 @@ class PlatformCallback(Callback):
                 if self.background
                 else InlineSink(self.writer)
             )
-            _LIVE.add(self)
+            live_callbacks.add(self)
         return self._sink
 
     def _finish(self, state: str, error: str | None = None) -> None:
@@ -362,7 +397,7 @@ class PlatformCallback(Callback):
         sink, self._sink = self._sink, None
         if sink is not None:
             sink.close()
-        _LIVE.discard(self)
+        live_callbacks.discard(self)
 
     def close_at_exit(self) -> None:
         """Drain and close at interpreter exit; a run still marked running is
@@ -382,18 +417,3 @@ class PlatformCallback(Callback):
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-# Callbacks with an open writer, drained at interpreter exit. Strong references
-# on purpose: a callback dropped without on_train_end still gets its queued
-# lines written; it leaves this set when its writer closes.
-_LIVE: set[PlatformCallback] = set()
-
-
-@atexit.register
-def _close_all_at_exit() -> None:
-    for callback in list(_LIVE):
-        try:
-            callback.close_at_exit()
-        except Exception:  # exiting anyway: one broken writer must not block the rest
-            logger.exception("closing %s at exit failed", callback.job_id)

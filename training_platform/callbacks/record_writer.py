@@ -1,4 +1,4 @@
-"""The writing half of `PlatformCallback`: records, detectors, the two files.
+"""The writing half of `PlatformCallback`: records, detectors, samples, the files.
 
 `RecordWriter` turns commands into file writes. Its commands are handled by
 one thread at a time: inline (`InlineSink`) or by a background thread
@@ -9,6 +9,8 @@ one thread at a time: inline (`InlineSink`) or by a background thread
   detectors skip their NaN/Inf scan);
 - ``("amend", step, metrics, timestamp, anomalies)``: rewrite a written step
   with late metrics (no detector pass: its anomalies are carried over);
+- ``("samples", step, first_index, timestamp, columns, done)``: one line per
+  generated sample into the samples file (`samples.sample_lines`);
 - ``("fsync",)`` and ``("close",)``.
 
 The status file is the one thing two threads write: lifecycle transitions
@@ -40,6 +42,8 @@ import orjson
 
 from training_platform.callbacks.anomaly import SEVERITY_RANK, AnomalyMonitor
 from training_platform.callbacks.base import StopTraining, report_failure
+from training_platform.callbacks.line_file import LineFile
+from training_platform.callbacks.samples import SampleColumns, sample_lines
 from training_platform.callbacks.wire_lines import encode_record
 from training_platform.callbacks.wire_records import build_record
 
@@ -53,7 +57,8 @@ _BATCH_LINES: Final = 256
 
 
 class RecordWriter:
-    """Owns `{job_id}_metrics.jsonl` (append-only) and `{job_id}_status.json`."""
+    """Owns `{job_id}_metrics.jsonl` and `{job_id}_samples.jsonl` (append-only)
+    and `{job_id}_status.json`."""
 
     def __init__(
         self,
@@ -66,10 +71,12 @@ class RecordWriter:
         fsync: FsyncPolicy,
         status_interval: float,
         clock: Callable[[], float],
+        samples_path: Path | None = None,
     ) -> None:
         if not (fsync in ("never", "end", "always") or isinstance(fsync, (int, float))):
             raise ValueError(f"fsync must be 'never', 'end', 'always' or seconds, got {fsync!r}")
         self.metrics_path = metrics_path
+        self.samples_path = samples_path or metrics_path.with_name(f"{job_id}_samples.jsonl")
         self.status_path = status_path
         self.monitor = monitor
         self.stop_rank = None if stop_severity is None else SEVERITY_RANK[stop_severity]
@@ -91,11 +98,12 @@ class RecordWriter:
         # store, so the GIL makes the hand-over safe without a lock.
         self.stop_request: StopTraining | None = None
         self.lines_written = 0
+        self.samples_written = 0
         self.last_step: int | None = None
         self._lowest_step: int | None = None
         self._status_lock = threading.Lock()
-        self._lines: list[bytes] = []
-        self._fd: int | None = None
+        self._metrics = LineFile(metrics_path)
+        self._samples = LineFile(self.samples_path)
         self._found: tuple[int, list[dict[str, str]]] = (-1, [])
         self._status_written_at = -math.inf
         self._synced_at = clock()
@@ -107,6 +115,11 @@ class RecordWriter:
         try:
             if kind == "step" or kind == "amend":
                 self._write_step(*command[1:], detect=kind == "step")
+            elif kind == "samples":
+                try:
+                    self._write_samples(*command[1:5])
+                finally:
+                    command[5]()  # frees the call's slot (callbacks/sample_backlog.py)
             elif kind == "fsync":
                 self.write_gathered()  # a failure to write lines is the steps' failure
                 self._fsync()
@@ -117,11 +130,16 @@ class RecordWriter:
             report_failure(self._reported, self, kind)
 
     def write_gathered(self) -> None:
-        """`flush_lines`, with a failure logged once (as a step's) and never raised."""
+        """Hand both files' gathered lines to the OS; a failure is logged once
+        (as a step's or a samples') and never raised."""
         try:
             self.flush_lines()
         except Exception:
             report_failure(self._reported, self, "step")
+        try:
+            self._samples.flush()
+        except Exception:
+            report_failure(self._reported, self, "samples")
 
     # -- metrics file ------------------------------------------------------
 
@@ -166,7 +184,7 @@ class RecordWriter:
             self.stop_request = StopTraining(reason, alerts)
 
     def _append(self, line: bytes) -> None:
-        lines = self._lines
+        lines = self._metrics.lines
         lines.append(line)
         self.lines_written += 1
         policy = self.fsync
@@ -178,52 +196,41 @@ class RecordWriter:
             self.flush_lines()
 
     def flush_lines(self) -> None:
-        """Hand every gathered line to the OS (one `os.write`; no fsync)."""
-        lines = self._lines
-        if not lines:
-            return
-        self._lines = []
-        data = lines[0] if len(lines) == 1 else b"".join(lines)
-        fd = self._fd if self._fd is not None else self._open()
-        # One os.write on an O_APPEND descriptor: the lines reach the OS in one
-        # piece (a reader never sees one half-written unless the disk is full).
-        written = os.write(fd, data)
-        while written < len(data):
-            data = data[written:]
-            written = os.write(fd, data)
+        """Hand every gathered metrics line to the OS (one `os.write`; no fsync)."""
+        self._metrics.flush()
 
-    def _open(self) -> int:
-        path = self.metrics_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        needs_newline = False
-        try:
-            with path.open("rb") as existing:
-                existing.seek(0, os.SEEK_END)
-                if existing.tell() > 0:
-                    existing.seek(-1, os.SEEK_END)
-                    needs_newline = existing.read(1) != b"\n"
-        except FileNotFoundError:
-            pass
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if needs_newline:
-            # A crash left a partial last line: end it, so that our first line
-            # is not glued onto it (readers skip the broken line, not ours).
-            os.write(self._fd, b"\n")
-        return self._fd
+    # -- samples file ------------------------------------------------------
+
+    def _write_samples(
+        self, step: int, first: int, timestamp: float, columns: SampleColumns
+    ) -> None:
+        samples = self._samples
+        lines = sample_lines(step, first, timestamp, columns, self._reported, self)
+        samples.lines.extend(lines)
+        self.samples_written += len(lines)
+        policy = self.fsync
+        # "always" means after each call's lines here: one fsync per call, not per sample.
+        if policy == "always" or (
+            type(policy) in (int, float) and self.clock() - self._synced_at >= policy  # type: ignore[operator]
+        ):
+            self._fsync()
+        elif len(samples.lines) >= _BATCH_LINES:
+            samples.flush()
 
     def _fsync(self) -> None:
-        self.flush_lines()
-        if self._fd is not None and self.fsync != "never":
-            os.fsync(self._fd)
+        never = self.fsync == "never"
+        for file in (self._metrics, self._samples):
+            if never:
+                file.flush()
+            else:
+                file.fsync()
         self._synced_at = self.clock()
 
     def _close(self) -> None:
-        self.flush_lines()
-        if self._fd is not None:
-            if self.fsync != "never":
-                os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
+        try:
+            self._samples.close(fsync=self.fsync != "never")
+        finally:  # the metrics file is closed even if the samples file fails
+            self._metrics.close(fsync=self.fsync != "never")
 
     # -- status file -------------------------------------------------------
 

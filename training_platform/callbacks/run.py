@@ -44,6 +44,25 @@ class PlatformRun:
         else:
             self.callbacks.on_step_end(step, metrics)
 
+    def log_samples(
+        self,
+        step: int,
+        prompts: Any,
+        completions: Any,
+        rewards: Any = None,
+        reward_components: Any = None,
+        groups: Any = None,
+        response_lengths: Any = None,
+        finish_reasons: Any = None,
+        extra: Any = None,
+    ) -> None:
+        """Append `step`'s generated samples to ``{job_id}_samples.jsonl``:
+        `PlatformCallback.log_samples` (docs/trainer.md, Samples)."""
+        self.platform.log_samples(
+            step, prompts, completions, rewards, reward_components, groups,
+            response_lengths, finish_reasons, extra,
+        )  # fmt: skip
+
     @contextmanager
     def step(self, step: int) -> Iterator[PlatformRun]:
         """Bracket one step, so contributors (profiling) can time it:

@@ -26,10 +26,18 @@ def _parse_int(digits: str) -> float | int:
 def decode_line(line: bytes) -> dict[str, Any]:
     """Decode one complete JSONL line (without its ``\\n``) into a record.
 
+    The line rules are `parse_json_line`'s. Raises `RecordError` for anything
+    that is not a valid record, including invalid UTF-8 and malformed JSON.
+    """
+    return normalize_record(parse_json_line(line))
+
+
+def parse_json_line(line: bytes) -> Any:
+    """The JSON value of one complete line (without its ``\\n``) of any line file.
+
     Tolerates a UTF-8 BOM and a trailing ``\\r``; accepts the ``NaN``,
     ``Infinity`` and ``-Infinity`` tokens Python's json writes. Raises
-    `RecordError` for anything that is not a valid record, including invalid
-    UTF-8 and malformed JSON.
+    `RecordError` for invalid UTF-8 and malformed JSON.
     """
     if line.startswith(_BOM):
         line = line[3:]
@@ -47,7 +55,7 @@ def decode_line(line: bytes) -> dict[str, Any]:
             raise RecordError(f"malformed JSON: {exc}") from None
         except RecursionError:
             raise RecordError("malformed JSON: nested too deeply") from None
-    return normalize_record(obj)
+    return obj
 
 
 def _has_nonfinite(value: Any) -> bool:

@@ -33,7 +33,8 @@ class GRPOConfig:
     """Content tokens; EOS is one more."""
     classes: int = 4
     """Allowed tokens for prompt p: those with token % classes == p % classes."""
-    max_length: int = 8
+    max_length: int = 12
+    """Room past the longest target (7): a healthy policy ends with EOS before it."""
     prompts: int = 8
     group_size: int = 8
     """Samples per prompt: the G of GRPO."""
@@ -63,11 +64,33 @@ class Policy(nn.Module):
         self.previous = nn.Parameter(torch.randn(1, 1, config.vocab + 2, size))  # + EOS, BOS
         self.body = nn.Sequential(nn.Tanh(), nn.Linear(size, size), nn.Tanh())
         self.head = nn.Linear(size, config.vocab + 1)
+        with torch.no_grad():
+            # An untrained policy already ends its answers now and then (EOS about
+            # as likely as three content tokens), as a pretrained model does:
+            # otherwise most of its first answers run into the length limit.
+            self.head.bias[config.vocab] += math.log(3.0)
 
     def forward(self) -> torch.Tensor:
         """Log-probabilities, shape (prompts, max_length, vocab + 2, vocab + 1)."""
         hidden = self.prompt + self.position + self.previous
         return torch.log_softmax(self.head(self.body(hidden)), dim=-1)
+
+
+@dataclass
+class Rollout:
+    """What one step generated and how it was scored (for `log_samples`)."""
+
+    prompts: torch.Tensor
+    """(batch,) prompt ids; each prompt's `group_size` samples are consecutive."""
+    tokens: torch.Tensor
+    """(batch, max_length) sampled tokens; EOS from the first EOS on."""
+    lengths: torch.Tensor
+    """(batch,) generated tokens, the EOS included (the metrics' response length)."""
+    finished: torch.Tensor
+    """(batch,) bool: EOS was generated before the length limit."""
+    reward: torch.Tensor
+    components: dict[str, torch.Tensor]
+    """The reward functions, each in [0, 1]; `reward` is their mean."""
 
 
 class GRPOTrainer:
@@ -85,12 +108,13 @@ class GRPOTrainer:
         self.eos = config.vocab
         self.bos = config.vocab + 1
         prompts = torch.arange(config.prompts)
-        self.targets = 2 + prompts % (config.max_length - 2)  # lengths 2 .. max_length-1
+        self.targets = 2 + prompts % 6  # lengths 2 .. 7, well inside max_length
         self.positions = torch.arange(config.max_length)
         # Row of state (prompt, position, previous) in the flattened table.
         self.states_per_position = config.vocab + 2
         self.position_offsets = self.positions * self.states_per_position
         self._reference_table: torch.Tensor | None = None
+        self.last_rollout: Rollout | None = None
 
     def step(self, lr: float, inject_nan: bool = False) -> dict[str, Any]:
         """One GRPO step; returns the groups of docs/contract.md §2 for the record."""
@@ -104,7 +128,7 @@ class GRPOTrainer:
             prompts, tokens, mask = self._rollout(table.detach())
         t_rollout = time.perf_counter()
 
-        rewards = self._reward(prompts, tokens, mask)
+        rewards, components = self._reward(prompts, tokens, mask)
         t_reward = time.perf_counter()
 
         previous = torch.cat([torch.full_like(tokens[:, :1], self.bos), tokens[:, :-1]], dim=1)
@@ -129,6 +153,9 @@ class GRPOTrainer:
         k3 = torch.exp(delta) - delta - 1.0  # unbiased, always >= 0 KL estimator
         per_token = -advantages * ratio + config.beta * k3
         lengths = mask.sum(1).clamp(min=1)
+        self.last_rollout = Rollout(
+            prompts, tokens, lengths, (tokens == self.eos).any(1), rewards, components
+        )
         loss = ((per_token * mask).sum(1) / lengths).mean()
         if inject_nan:
             loss = loss * math.nan  # a corrupt batch: the loss, then every gradient
@@ -223,11 +250,17 @@ class GRPOTrainer:
 
     def _reward(
         self, prompts: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The reward and the two functions it averages (share of allowed
+        tokens, closeness of the length)."""
         config = self.config
         content = mask.bool() & (tokens != self.eos)
         count = content.sum(1)
         allowed = (tokens % config.classes == (prompts % config.classes)[:, None]) & content
         fraction = allowed.sum(1) / count.clamp(min=1)
         distance = (count - self.targets[prompts]).abs() / config.max_length
-        return 0.5 * fraction + 0.5 * (1.0 - distance)
+        # An empty answer earns nothing: a length score for saying nothing would
+        # pay the policy for emitting EOS at once (reward hacking).
+        closeness = torch.where(count > 0, 1.0 - distance, torch.zeros_like(distance))
+        reward = 0.5 * fraction + 0.5 * closeness
+        return reward, {"allowed_tokens": fraction, "length": closeness}

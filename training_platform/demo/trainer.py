@@ -13,6 +13,11 @@ shown real consequences rather than doctored numbers:
   status still says running;
 - ``step_delay``: seconds slept per step, so a dashboard can watch live.
 
+Every step also logs what the policy generated (`PlatformRun.log_samples`):
+the prompts and completions as text (`demo.samples`), both reward functions,
+one group per prompt, lengths and finish reasons; under a fault they show
+what the faulty policy really wrote.
+
 Importing this module does not import torch; `run_demo` does.
 """
 
@@ -47,6 +52,8 @@ class DemoConfig:
     profile: bool = False
     """Attach the profiling kit: memory and throughput per step, and one
     torch.profiler trace (steps 11-12) under {job_id}_profiles/."""
+    samples: bool = True
+    """Log each step's generated samples to {job_id}_samples.jsonl."""
     torch_threads: int | None = 1
     """Threads for torch (tiny tensors run fastest on one); None leaves it alone."""
     grpo: dict[str, Any] = field(default_factory=dict)
@@ -61,6 +68,7 @@ class DemoResult:
     steps_run: int
     metrics_path: Path
     status_path: Path
+    samples_path: Path
     stop_reason: str | None = None
 
 
@@ -96,6 +104,7 @@ def run_demo(
     import torch
 
     from training_platform.demo.grpo import GRPOConfig, GRPOTrainer
+    from training_platform.demo.samples import Vocabulary, rollout_samples
 
     config = config or DemoConfig()
     grpo = GRPOConfig(**config.grpo)
@@ -114,6 +123,7 @@ def run_demo(
     steps_run = 0
     with _torch_threads(torch, config.torch_threads):
         trainer = GRPOTrainer(grpo, config.seed)
+        vocabulary = Vocabulary(grpo)
         with platform_run(
             job_id,
             output_dir,
@@ -129,6 +139,8 @@ def run_demo(
                     metrics = trainer.step(lr, inject_nan=step == config.nan_at)
                     steps_run = step + 1
                     run.log(step, metrics)
+                    if config.samples:
+                        run.log_samples(step, **rollout_samples(trainer, vocabulary))
                 if config.step_delay > 0 and stop_event is not None:
                     stop_event.wait(config.step_delay)
                 elif config.step_delay > 0:
@@ -140,6 +152,7 @@ def run_demo(
         steps_run=steps_run,
         metrics_path=platform.metrics_path,
         status_path=platform.status_path,
+        samples_path=platform.samples_path,
         stop_reason=run.stop_reason,
     )
 

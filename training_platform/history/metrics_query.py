@@ -98,8 +98,8 @@ def anomaly_page(
 
 
 # Sources in the order an incident names them; the callback's comes first.
-SOURCE_ORDER: Final = ("callback", "platform")
-ANOMALY_FIELDS: Final = ("step", "type", "severity", "message", "source", "created_at")
+SOURCE_ORDER: Final = ("callback", "platform", "samples")
+ANOMALY_FIELDS: Final = ("step", "type", "severity", "message", "source", "created_at", "evidence")
 
 
 def anomaly_row(row: Anomaly) -> dict[str, Any]:

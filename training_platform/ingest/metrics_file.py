@@ -181,7 +181,11 @@ def upsert_anomalies(session: Session, rows: list[dict[str, Any]]) -> None:
     stmt = insert(Anomaly.__table__)
     stmt = stmt.on_conflict_do_update(
         index_elements=["job_id", "step", "type", "source"],
-        set_={"severity": stmt.excluded.severity, "message": stmt.excluded.message},
+        set_={
+            "severity": stmt.excluded.severity,
+            "message": stmt.excluded.message,
+            "evidence": stmt.excluded.evidence,
+        },
     )
     unique = {(r["job_id"], r["step"], r["type"], r["source"]): r for r in rows}
     for chunk in chunks(list(unique.values()), UPSERT_CHUNK):

@@ -5,9 +5,10 @@
   per poll for nothing, so it is left alone.
 - **Local jobs** are polled every `poll_interval`, and only those whose files
   changed since this process last read them (one `os.stat` each, the status
-  file's inode from one directory listing) or whose stalled verdict is about
-  to flip. A finished job's files only change when a run restarts, which the
-  file watcher sees: with a watcher running, finished jobs are left to it.
+  file's inode from one directory listing, one listing of a rollout
+  directory) or whose stalled verdict is about to flip. A finished job's
+  files only change when a run restarts, which the file watcher sees: with a
+  watcher running, finished jobs are left to it.
 
 A round over unchanged jobs issues no database statement (docs/platform.md).
 """
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.ingest.quiet_rounds import file_signature, status_inodes
-from training_platform.ingest.readers import STATUS_SUFFIX
+from training_platform.ingest.quiet_rounds import file_signature, list_directory
+from training_platform.ingest.rollout_files import local_rollout_dir
 from training_platform.ingest.sync_service import JobSyncOutcome, SyncService
 from training_platform.settings import Settings
 from training_platform.store.models import TERMINAL_STATUSES, Job
@@ -40,12 +41,15 @@ class KnownJob:
     source: str
     status: str
     directory: str | None
+    rollout_dir: str | None = None  # as registered (None: the default next to the files)
 
 
 def known_jobs(factory: sessionmaker[Session]) -> list[KnownJob]:
     """Every registered job, in one statement."""
     with factory() as session:
-        rows = session.execute(select(Job.job_id, Job.source, Job.status, Job.metrics_dir))
+        rows = session.execute(
+            select(Job.job_id, Job.source, Job.status, Job.metrics_dir, Job.rollout_dir)
+        )
         return [KnownJob(*row) for row in rows]
 
 
@@ -88,14 +92,16 @@ class PollRule:
     def _changed(
         self, directory: str, jobs: list[tuple[KnownJob, str]], watching: bool
     ) -> list[str]:
-        inodes = status_inodes(directory)
+        listing = list_directory(directory)
         stall = self._service.stall
         changed = []
         for job, status in jobs:
             if watching and status in TERMINAL_STATUSES:
                 continue
-            inode = inodes.get(job.job_id + STATUS_SUFFIX)
-            signature = file_signature(directory, job.job_id, inode, self._service.line_suffixes)
+            rollouts = local_rollout_dir(job.job_id, directory, job.rollout_dir, listing)
+            signature = file_signature(
+                directory, job.job_id, self._service.line_suffixes, listing, rollouts
+            )
             flips = stall is not None and stall.verdict_flips(job.job_id, status)
             if flips or not self._service.is_unchanged(job.job_id, signature):
                 changed.append(job.job_id)

@@ -17,6 +17,7 @@ from training_platform.callbacks.wire import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
 from training_platform.ingest.persister import ensure_sync_state
 from training_platform.ingest.readers import LocalMetricsReader, MetricsReader, discover_job_ids
+from training_platform.ingest.rollout_files import RolloutSource, SSHRolloutSource, local_source
 from training_platform.ingest.ssh import SSHTarget, resolve_key_path
 from training_platform.ingest.ssh_reader import SSHMetricsReader
 from training_platform.settings import Settings
@@ -31,6 +32,7 @@ class SSHSource:
     username: str
     key_path: str
     remote_dir: str
+    remote_rollout_dir: str | None = None  # verl's rollout dumps on that host
 
 
 def discover_jobs(session: Session, metrics_dir: Path) -> list[str]:
@@ -73,22 +75,34 @@ def register_job(
     job_id: str,
     metrics_dir: str | None = None,
     ssh: SSHSource | None = None,
+    rollout_dir: str | None = None,
 ) -> tuple[Job, bool]:
     """Register a job; returns (job, created). Same source again is a no-op.
 
-    Exactly one of `metrics_dir` and `ssh` must be given. Raises
-    `InvalidSourceError` for a missing directory or a key outside the key dir,
-    `JobConflictError` when the id is taken by a different source.
+    Exactly one of `metrics_dir` and `ssh` must be given; `rollout_dir` (verl's
+    rollout dumps, `ingest/rollouts.py`) only with `metrics_dir`: an SSH job
+    names its own in `ssh.remote_rollout_dir`. The rollout directory may not
+    exist yet (verl makes it at its first dump). Raises `InvalidSourceError`
+    for a missing metrics directory, a rollout path that is not a directory or
+    a key outside the key dir, `JobConflictError` when the id is taken by a
+    different source.
     """
     validate_job_id(job_id)
     if (metrics_dir is None) == (ssh is None):
         raise InvalidSourceError("give exactly one of 'metrics_dir' and 'ssh'")
+    if rollout_dir is not None and ssh is not None:
+        raise InvalidSourceError("an SSH job's rollout directory is 'ssh.remote_rollout_dir'")
     candidate = Job(job_id=job_id, discovered=False, status="pending", anomaly_detected=False)
     if metrics_dir is not None:
         directory = Path(metrics_dir).expanduser()
         if not directory.is_dir():
             raise InvalidSourceError(f"metrics_dir {metrics_dir!r} is not a directory")
         candidate.source, candidate.metrics_dir = "local", str(directory.resolve())
+        if rollout_dir is not None:
+            rollouts = Path(rollout_dir).expanduser()
+            if rollouts.exists() and not rollouts.is_dir():
+                raise InvalidSourceError(f"rollout_dir {rollout_dir!r} is not a directory")
+            candidate.rollout_dir = str(rollouts.resolve())
     else:
         assert ssh is not None
         key = resolve_key_path(ssh.key_path, settings.ssh_key_dir)
@@ -96,6 +110,7 @@ def register_job(
         candidate.ssh_host, candidate.ssh_port = ssh.host, ssh.port
         candidate.ssh_username, candidate.ssh_key_path = ssh.username, str(key)
         candidate.ssh_remote_dir = ssh.remote_dir
+        candidate.rollout_dir = ssh.remote_rollout_dir
 
     existing = session.get(Job, job_id)
     if existing is not None:
@@ -114,7 +129,7 @@ def register_job(
 def _same_source(a: Job, b: Job) -> bool:
     fields = (
         "source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username", "ssh_key_path",
-        "ssh_remote_dir",
+        "ssh_remote_dir", "rollout_dir",
     )  # fmt: skip
     return all(getattr(a, name) == getattr(b, name) for name in fields)
 
@@ -147,3 +162,18 @@ def make_reader(job: Job, settings: Settings) -> MetricsReader:
         )
     assert job.metrics_dir is not None
     return LocalMetricsReader(job.job_id, job.metrics_dir, follow_symlinks=follow, **limits)
+
+
+def rollout_source(job: Job, reader: MetricsReader, settings: Settings) -> RolloutSource | None:
+    """Where the job's rollout dumps are read (`ingest/rollouts.py`), or None.
+
+    A local job: its registered rollout directory, else `{job_id}_rollouts/`
+    next to its metrics file. An SSH job: its `remote_rollout_dir` only, read
+    over `reader`'s connection.
+    """
+    follow = settings.follow_symlinks
+    if isinstance(reader, SSHMetricsReader):
+        if job.rollout_dir is None:
+            return None
+        return SSHRolloutSource(reader.connection, job.rollout_dir, follow_symlinks=follow)
+    return local_source(job.job_id, job.metrics_dir, job.rollout_dir, follow_symlinks=follow)

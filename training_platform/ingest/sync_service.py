@@ -35,10 +35,11 @@ from training_platform.ingest.quiet_rounds import (
     FailureLog,
     FileSignature,
     file_signature,
-    status_inode,
 )
 from training_platform.ingest.readers import MetricsReader
-from training_platform.ingest.registry import discover_jobs, make_reader
+from training_platform.ingest.registry import discover_jobs, make_reader, rollout_source
+from training_platform.ingest.rollout_files import local_rollout_dir
+from training_platform.ingest.rollouts import FILE_BATCHES, RolloutResult, sync_rollouts
 from training_platform.ingest.stall import StallWatch
 from training_platform.ingest.status_file import sync_status
 from training_platform.settings import Settings
@@ -228,12 +229,9 @@ class SyncService:
         # differ from this, so the next round reads them again.
         signature = None
         if job.source == "local" and job.metrics_dir:
-            signature = file_signature(
-                job.metrics_dir,
-                job_id,
-                status_inode(job.metrics_dir, job_id),
-                self.line_suffixes,
-            )
+            directory = local_rollout_dir(job_id, job.metrics_dir, job.rollout_dir)
+            signature = file_signature(job.metrics_dir, job_id, self.line_suffixes, None, directory)
+        settled = True  # nothing left that the signature would not notice
         try:
             result = self._sync_file(job_id, reader, METRICS, position, deadline=deadline)
             for kind in self.line_kinds:
@@ -241,6 +239,9 @@ class SyncService:
                     break
                 more = self._sync_file(job_id, reader, kind, deadline=deadline)
                 result.at_eof = more.at_eof
+            if result.at_eof:  # verl's rollout dumps: after the line files
+                rollouts = self._sync_rollouts(job, reader, deadline)
+                result.at_eof, settled = rollouts.done, rollouts.settled
             if not result.at_eof:
                 # Lines are still waiting: a final status read now would be
                 # announced before them (a run "finished" ahead of its last
@@ -254,12 +255,13 @@ class SyncService:
                 result.add(self._sync_file(job_id, reader, METRICS))
                 for kind in self.line_kinds:
                     self._sync_file(job_id, reader, kind)
+                settled = self._sync_rollouts(job, reader, None).settled and settled
         except MetricsSourceError as exc:
             self._record_error(job_id, str(exc))
             raise
         with self._guard:
             self._statuses[job_id] = job.status
-            if signature is not None:
+            if signature is not None and settled:
                 self._seen[job_id] = signature
         if status_changed and self.listener is not None:
             self._tell(self.listener.status_changed, job)
@@ -312,6 +314,24 @@ class SyncService:
             result.add(self._sync_batch(job_id, reader, kind))
             self._note_progress(job_id, kind, result)
         return result
+
+    def _sync_rollouts(
+        self, job: Job, reader: MetricsReader, deadline: float | None
+    ) -> RolloutResult:
+        """The job's rollout directory (`ingest/rollouts.py`), each committed step file
+        announced as a ``samples`` batch, until `deadline` (time.monotonic())."""
+        source = rollout_source(job, reader, self._settings)
+        if source is None:
+            return RolloutResult()
+        job_id, settings = job.job_id, self._settings
+        return sync_rollouts(
+            self._factory, job_id, source,
+            max_file_bytes=settings.sync_batch_bytes * FILE_BATCHES,
+            max_line_bytes=settings.max_line_bytes,
+            on_commit=lambda batch: self._committed(job_id, batch),
+            stop=lambda: job_id in self._interrupted
+            or (deadline is not None and time.monotonic() >= deadline),
+        )  # fmt: skip
 
     def _note_progress(self, job_id: str, kind: LineFileKind, result: SyncResult) -> None:
         if kind is METRICS:

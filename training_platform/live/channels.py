@@ -28,14 +28,16 @@ _STATUS_KEYS: Final = ("job_id", *STATUS_FIELDS)
 # A change of one of these is announced at once; a change of the rest
 # (`current_step`, `updated_at`: every step) is progress, coalesced.
 _ANNOUNCED_KEYS: Final = ("status", "total_steps", "anomaly_detected", "anomaly_reason")
-_ANOMALY_KEYS: Final = ("step", "type", "severity", "message", "source", "sources", "created_at")
+_ANOMALY_KEYS: Final = (
+    "step", "type", "severity", "message", "source", "sources", "created_at", "evidence",
+)  # fmt: skip
 
 
 class Message(NamedTuple):
     """One message for every subscriber of a job, serialised once."""
 
     seq: int  # the job's commit number it belongs to (see `HandOver`)
-    kind: str  # "metric" | "anomaly" | "status" | "finished"
+    kind: str  # "metric" | "anomaly" | "samples" | "status" | "finished"
     step: int | None
     text: str
 
@@ -69,6 +71,12 @@ def anomaly_message(seq: int, anomaly: dict[str, Any]) -> Message:
     data = {key: anomaly.get(key) for key in _ANOMALY_KEYS}
     data["sources"] = anomaly.get("sources") or [anomaly["source"]]
     return Message(seq, "anomaly", anomaly["step"], _dumps({"type": "anomaly", "data": data}))
+
+
+def samples_message(seq: int, step: int, count: int) -> Message:
+    """`count` samples of `step` landed: the client fetches them over REST if it shows them."""
+    text = _dumps({"type": "samples", "step": step, "count": count})
+    return Message(seq, "samples", step, text)
 
 
 def status_data(job: Job) -> dict[str, Any]:

@@ -130,6 +130,8 @@ class LiveHub:
         its live subscribers. Its queued syncs find it gone and do nothing."""
         if self.pipeline.diagnostics is not None:
             self.pipeline.diagnostics.forget(job_id)
+        if self.pipeline.sample_diagnostics is not None:
+            self.pipeline.sample_diagnostics.forget(job_id)
         self.pipeline.channel(job_id).drop_all("job deleted")
         self.poll_rule.forget(job_id)
         self.jobs_changed()

@@ -27,21 +27,25 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from training_platform.history.metrics_query import merge_incidents
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.persister import CommittedBatch
+from training_platform.ingest.samples_file import SAMPLES
 from training_platform.live.channels import (
     JobChannel,
     Message,
     anomaly_message,
     metric_message,
+    samples_message,
     status_data,
     status_messages,
 )
 from training_platform.live.diagnostics import PlatformDiagnostics
+from training_platform.live.sample_diagnostics import SampleDiagnostics
 from training_platform.live.status_coalescer import StatusCoalescer
 from training_platform.live.webhooks import WebhookNotifier
 from training_platform.store.metric_rows import record_nonfinite_as_strings
@@ -66,6 +70,7 @@ class LivePipeline:
         queue_size: int,
         max_message_bytes: int,
         diagnostics: PlatformDiagnostics | None,
+        sample_diagnostics: SampleDiagnostics | None = None,
         webhook: WebhookNotifier | None = None,
         status_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -73,6 +78,7 @@ class LivePipeline:
         self.queue_size = queue_size
         self.max_message_bytes = max_message_bytes
         self.diagnostics = diagnostics
+        self.sample_diagnostics = sample_diagnostics
         self.webhook = webhook
         self._channels: dict[str, JobChannel] = {}
         self._announced: dict[str, tuple[Any, ...]] = {}
@@ -98,8 +104,11 @@ class LivePipeline:
     # -- SyncListener hooks (worker threads, under the job's sync lock) --------
 
     def batch_committed(self, job_id: str, batch: CommittedBatch) -> None:
+        if batch.kind == SAMPLES.name:
+            self._samples_committed(job_id, batch)
+            return
         if batch.kind != METRICS.name:
-            return  # no other kind of line file is streamed live yet
+            return  # a kind of file nothing live is made of
         channel = self.channel(job_id)
         seq = channel.next_seq()
         records = batch.records
@@ -118,12 +127,34 @@ class LivePipeline:
         # The platform diagnoses the very records that carry the callback's
         # findings, so both sources of an incident are in this batch: merged
         # here, it goes out once, and never as a second message later.
+        self._announce(job_id, channel, seq, anomalies)
+
+    def _announce(
+        self, job_id: str, channel: JobChannel, seq: int, anomalies: list[dict[str, Any]]
+    ) -> None:
+        """One `anomaly` message and one webhook POST per incident."""
+        if not anomalies:
+            return
         incidents = merge_incidents(anomalies)
         if channel.subscriber_count:
             self._deliver(channel, [anomaly_message(seq, incident) for incident in incidents])
         if self.webhook is not None:
             for incident in incidents:
                 self.webhook.notify({"event": "anomaly", "job_id": job_id, **incident})
+
+    def _samples_committed(self, job_id: str, batch: CommittedBatch) -> None:
+        """One `samples` message per step whose samples landed, in step order, then
+        what the sample detectors found in them (new findings only)."""
+        channel = self.channel(job_id)
+        seq = channel.next_seq()
+        if channel.subscriber_count:
+            counts = Counter(sample["step"] for sample in batch.records)
+            steps = sorted(counts.items())
+            self._deliver(channel, [samples_message(seq, step, count) for step, count in steps])
+        if self.sample_diagnostics is not None:
+            self._announce(
+                job_id, channel, seq, self.sample_diagnostics.diagnose(job_id, batch.records)
+            )
 
     def status_changed(self, job: Job) -> None:
         status = status_data(job)

@@ -22,6 +22,8 @@ from training_platform.store.models import (
     DeletedJob,
     Job,
     MetricRollup,
+    Sample,
+    SamplePrompt,
     SyncState,
     TrainingMetric,
 )
@@ -213,7 +215,7 @@ def delete_job(session: Session, job_id: str) -> None:
     alone: SQLite enforces foreign keys only on connections that ask for it.
     """
     get_job(session, job_id)
-    for table in (Anomaly, MetricRollup, TrainingMetric, SyncState):
+    for table in (Anomaly, MetricRollup, TrainingMetric, Sample, SamplePrompt, SyncState):
         session.execute(
             delete(table).where(table.job_id == job_id).execution_options(synchronize_session=False)
         )

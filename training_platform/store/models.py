@@ -54,6 +54,10 @@ class Job(Base):
     ssh_username: Mapped[str | None] = mapped_column(String(255))
     ssh_key_path: Mapped[str | None] = mapped_column(Text)
     ssh_remote_dir: Mapped[str | None] = mapped_column(Text)
+    # verl's rollout dumps (`{step}.jsonl` per step) read as the job's samples:
+    # a local directory, or for an SSH job one on its host. None: the default,
+    # `{job_id}_rollouts/` next to a local job's metrics file (when it exists).
+    rollout_dir: Mapped[str | None] = mapped_column(Text)
     # From {job_id}_status.json (None until one has been read).
     status: Mapped[str] = mapped_column(String(16), default="pending")
     current_step: Mapped[int | None] = mapped_column(BigInteger)
@@ -110,6 +114,52 @@ class TrainingMetric(Base):
     received_at: Mapped[float] = mapped_column(Float)
 
 
+class SamplePrompt(Base):
+    """A prompt's text, once per job: a GRPO group's completions share their prompt."""
+
+    __tablename__ = "sample_prompts"
+    __table_args__ = (UniqueConstraint("job_id", "digest"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(64))  # sha256 of the text, hex
+    text: Mapped[str] = mapped_column(Text)
+
+
+class Sample(Base):
+    """One generated sample (`{job_id}_samples.jsonl`); the newest line for (step, index) wins.
+
+    A non-finite reward is NULL in `reward` with its name in `reward_nonfinite`
+    (as `training_metrics.nonfinite` does), so NaN stays apart from "no reward".
+    """
+
+    __tablename__ = "samples"
+    __table_args__ = (
+        Index("ix_samples_job_id_group_key", "job_id", "group_key"),
+        Index("ix_samples_job_id_prompt_id", "job_id", "prompt_id"),
+    )
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    sample_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    timestamp: Mapped[float | None] = mapped_column(Float)
+    prompt_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("sample_prompts.id"))
+    completion: Mapped[str] = mapped_column(Text)
+    reward: Mapped[float | None] = mapped_column(Float)
+    reward_nonfinite: Mapped[str | None] = mapped_column(String(9))
+    rewards: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    group_key: Mapped[str | None] = mapped_column(String(256))
+    response_length: Mapped[int | None] = mapped_column(Integer)
+    # The completion's length in characters: what "sort by length" uses
+    # when the trainer gave no response_length.
+    completion_chars: Mapped[int] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    received_at: Mapped[float] = mapped_column(Float)
+
+
 class Anomaly(Base):
     """One anomaly at a step: reported by the trainer's callback or found by the platform."""
 
@@ -125,8 +175,11 @@ class Anomaly(Base):
     type: Mapped[str] = mapped_column(String(64))
     severity: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text, default="")
-    source: Mapped[str] = mapped_column(String(16))  # "callback" | "platform"
+    source: Mapped[str] = mapped_column(String(16))  # "callback" | "platform" | "samples"
     created_at: Mapped[float] = mapped_column(Float)
+    # What shows it, when a detector can point at it: the sample indexes of
+    # the step for a finding from samples.
+    evidence: Mapped[list[Any] | None] = mapped_column(JSON)
 
 
 class SyncState(Base):

@@ -44,6 +44,7 @@ def job_out(summary: JobSummary) -> JobOut:
             username=job.ssh_username or "",
             key_path=job.ssh_key_path or "",
             remote_dir=job.ssh_remote_dir or "",
+            remote_rollout_dir=job.rollout_dir,
         )
     return JobOut(
         job_id=job.job_id,
@@ -51,6 +52,7 @@ def job_out(summary: JobSummary) -> JobOut:
         discovered=job.discovered,
         metrics_dir=job.metrics_dir,
         ssh=ssh,
+        rollout_dir=job.rollout_dir,
         status=job.status,
         current_step=job.current_step,
         total_steps=job.total_steps,
@@ -146,6 +148,9 @@ def register_job_route(
 ) -> JobOut:
     """Register a job whose files are in a local directory or on an SSH host.
 
+    `rollout_dir` (or `ssh.remote_rollout_dir`) points at verl's rollout dumps,
+    read as the job's samples.
+
     SSH hosts are checked once here: a host missing from `known_hosts` (or
     presenting a changed key) is refused. A host that is merely unreachable is
     registered; its sync errors show in `last_sync_error`.
@@ -154,7 +159,12 @@ def register_job_route(
     if body.ssh is not None:
         ssh = SSHSource(**body.ssh.model_dump())
     job, created = register_job(
-        session, settings, job_id=body.job_id, metrics_dir=body.metrics_dir, ssh=ssh
+        session,
+        settings,
+        job_id=body.job_id,
+        metrics_dir=body.metrics_dir,
+        ssh=ssh,
+        rollout_dir=body.rollout_dir,
     )
     if created and ssh is not None:
         try:

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, SyncServiceDep
+from training_platform.api.params import NOT_FOUND, StepQuery, check_step_range
 from training_platform.api.schemas import AnomalyList, AnomalyOut, ErrorOut, MetricsHistory, SyncOut
 from training_platform.api.series_schema import MetricsSeries
 from training_platform.callbacks.wire import (
     FREE_GROUPS,
-    GROUP_FIELDS,
-    MAX_STEP,  # BIGINT: larger fails in the database
+    GROUP_FIELDS,  # BIGINT: larger fails in the database
 )
 from training_platform.errors import InvalidParameterError
 from training_platform.history.history_page import history_page, page_body
@@ -31,26 +31,13 @@ MAX_PAGE = 100_000
 MAX_POINTS = 20_000
 MAX_ANOMALIES = 10_000  # stored rows per page: ~2 MB of JSON at most
 DEFAULT_ANOMALIES = 5_000
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut, "description": "Unknown job"}
-}
-
-
-StepQuery = Annotated[
-    int | None, Query(ge=0, le=MAX_STEP, description="Inclusive; steps are integers >= 0.")
-]
-
-
-def _check_range(start_step: int | None, end_step: int | None) -> None:
-    if start_step is not None and end_step is not None and start_step > end_step:
-        raise InvalidParameterError(f"start_step {start_step} is after end_step {end_step}")
 
 
 @router.get(
     "/metrics",
     response_model=MetricsHistory | MetricsSeries,
     summary="Metric history",
-    responses=_NOT_FOUND,
+    responses=NOT_FOUND,
 )
 def metrics_history(
     job_id: KnownJobId,
@@ -94,7 +81,7 @@ def metrics_history(
     precomputed buckets. Series that would take it past the byte cap (or past
     `PLATFORM_HISTORY_MAX_SERIES`) are left out and named in `series_omitted`.
     """
-    _check_range(start_step, end_step)
+    check_step_range(start_step, end_step)
     if max_points is not None:
         names = _parse_fields(fields)
         body = downsampled_history(
@@ -169,7 +156,7 @@ def _check_other_groups_found(names: frozenset[str] | None, body: dict[str, Any]
     "/metrics/anomalies",
     response_model=AnomalyList,
     summary="Anomalies",
-    responses=_NOT_FOUND,
+    responses=NOT_FOUND,
 )
 def anomalies(
     job_id: KnownJobId,
@@ -177,7 +164,7 @@ def anomalies(
     start_step: StepQuery = None,
     end_step: StepQuery = None,
     source: Annotated[
-        str | None, Query(pattern="^(callback|platform)$", description="Only this source.")
+        str | None, Query(pattern="^(callback|platform|samples)$", description="Only this source.")
     ] = None,
     raw: Annotated[
         bool,
@@ -206,7 +193,7 @@ def anomalies(
     says where the next page starts. `truncated` is true only when one step
     alone had more than `limit` rows and the rest of that step was left out.
     """
-    _check_range(start_step, end_step)
+    check_step_range(start_step, end_step)
     page = anomaly_page(
         session,
         job_id=job_id,
@@ -230,7 +217,7 @@ def anomalies(
     response_model=SyncOut,
     summary="Sync now",
     responses={
-        **_NOT_FOUND,
+        **NOT_FOUND,
         502: {"model": ErrorOut, "description": "SSH host key unknown or changed"},
         503: {"model": ErrorOut, "description": "The job's files cannot be read right now"},
     },

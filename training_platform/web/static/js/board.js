@@ -10,10 +10,11 @@ import { frameThrottle, h } from "./format.js";
 
 export class ChartBoard {
   /**
-   * @param options {syncKey, storageKey?, onZoom?(lo, hi), onReset?()}
+   * @param options {syncKey, storageKey?, onZoom?(lo, hi), onReset?(), onPick?(step)}
    *   storageKey: where the user's added charts are remembered (localStorage).
+   *   onPick: a click on a point of any chart, with its step (charts.js).
    */
-  constructor({ syncKey, storageKey = null, onZoom = null, onReset = null }) {
+  constructor({ syncKey, storageKey = null, onZoom = null, onReset = null, onPick = null }) {
     this.storageKey = storageKey;
     this.onZoom = onZoom;
     this.onReset = onReset;
@@ -30,6 +31,7 @@ export class ChartBoard {
       onZoom: (lo, hi) => this.zoom([lo, hi]),
       onReset: () => this.zoom(null),
       onRemove: (spec) => this.removeCustom(spec.id),
+      onPick: onPick || undefined,
     };
     this.ctx = ctx;
     this.sections = new Map(SECTIONS.map((s) => [s.id,

@@ -13,6 +13,7 @@
 
 import { logScaleWanted, resolveLines, setLogScaleWanted } from "./chart_specs.js";
 import { fmtClock, fmtNumber, fmtStep, h } from "./format.js";
+import { stepOfPoint } from "./samples_logic.js";
 import { mapAlong, smooth, toCsv, wallClock } from "./series.js";
 
 // uPlot is loaded, not imported: a missing or broken copy (404, bad file) must not
@@ -35,7 +36,9 @@ export class MetricChart {
   /**
    * @param spec  a chart spec (chart_specs.js)
    * @param ctx   {syncKey, smoothing(): number, xAxis?(): "step" | "time",
-   *              onZoom(lo, hi), onReset(), onRemove?()}
+   *              onZoom(lo, hi), onReset(), onRemove?(), onPick?(step)}
+   *   onPick: a click (no drag, not a double-click) on the plot, with the step of
+   *   the point under the cursor (for a bucket, the step under the mouse within it).
    */
   constructor(spec, ctx) {
     this.spec = spec;
@@ -157,6 +160,7 @@ export class MetricChart {
       this.plot = new uPlot(this.options(), data, this.body);
       this.markers = h("div", { class: "markers" });
       this.plot.over.append(this.markers);
+      this.listenForPicks(this.plot);
       if (this.range) this.setRange(this.range);
     } else {
       this.plot.setData(data, !this.range);
@@ -301,6 +305,39 @@ export class MetricChart {
         draw: [() => this.placeMarkers()],
       },
     };
+  }
+
+  /**
+   * A plain click on the plot picks the point under the cursor (ctx.onPick). A drag
+   * (a zoom) is not a click, and a double-click (reset zoom) cancels the pick its
+   * first click started: a pick waits out the double-click time.
+   */
+  listenForPicks(u) {
+    if (!this.ctx.onPick) return;
+    let down = null;
+    let timer = null;
+    u.over.addEventListener("mousedown", (event) => {
+      down = [event.clientX, event.clientY];
+    });
+    u.over.addEventListener("click", (event) => {
+      clearTimeout(timer);
+      const moved = down ? Math.hypot(event.clientX - down[0], event.clientY - down[1]) : 0;
+      if (moved > 3 || event.detail > 1) return;
+      const step = this.stepUnderCursor(u);
+      if (step === null) return;
+      timer = setTimeout(() => this.ctx.onPick(step), 250);
+    });
+    u.over.addEventListener("dblclick", () => clearTimeout(timer));
+  }
+
+  /** The step of the point the cursor is on (what the legend shows), or null. */
+  stepUnderCursor(u) {
+    const { columns } = this;
+    if (!columns || !columns.length || u.cursor.left === null || u.cursor.left < 0) return null;
+    const idx = u.cursor.idx ?? u.posToIdx(u.cursor.left);
+    if (idx === null || idx === undefined || idx < 0 || idx >= columns.length) return null;
+    const cursorStep = this.toStep(u.posToVal(u.cursor.left, "x"));
+    return stepOfPoint(columns.steps[idx], columns.lastSteps[idx], cursorStep);
   }
 
   /** Tick labels of the wall-clock axis: the finer the span, the more digits. */

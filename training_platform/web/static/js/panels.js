@@ -4,6 +4,7 @@ import { ApiError, api, enc, token } from "./api.js";
 import {
   fmtAgo, fmtBytes, fmtStep, fmtTime, h, progressBar, statusBadge,
 } from "./format.js";
+import { isSamplesAnomaly } from "./samples_logic.js";
 
 const MAX_ANOMALY_ROWS = 500;
 const SEVERITY_RANK = { info: 0, warning: 1, critical: 2 };
@@ -54,8 +55,11 @@ function rankOf(index) {
   return index < 0 ? SOURCE_ORDER.length : index;
 }
 
-/** Incidents in step order, newest first; `onPick(anomaly)` zooms the charts to it. */
-export function renderAnomalies(container, anomalies, onPick) {
+/**
+ * Incidents in step order, newest first; `onPick(anomaly)` zooms the charts to it.
+ * One found in the samples (source "samples") also links to them: `onSamples(anomaly)`.
+ */
+export function renderAnomalies(container, anomalies, onPick, onSamples = null) {
   if (!anomalies.length) {
     container.replaceChildren(h("p", { class: "muted" }, "No anomalies."));
     return;
@@ -69,7 +73,13 @@ export function renderAnomalies(container, anomalies, onPick) {
         h("span", { class: `badge severity-${a.severity}` }, a.severity),
         h("div", { class: "type" }, a.type),
         h("div", { class: "sources muted", title: "Found by" }, sources)),
-      h("td", { class: "message" }, a.message));
+      h("td", { class: "message" }, a.message,
+        onSamples && isSamplesAnomaly(a)
+          ? h("div", {}, h("button", {
+            class: "link anomaly-samples", title: "Show this step's samples",
+            onclick: () => onSamples(a),
+          }, `samples at step ${fmtStep(a.step)} →`))
+          : ""));
   });
   const note = anomalies.length > MAX_ANOMALY_ROWS
     ? h("p", { class: "muted" }, `Latest ${MAX_ANOMALY_ROWS} of ${anomalies.length}.`) : null;

@@ -19,6 +19,7 @@ import {
 } from "./format.js";
 import { LiveStream } from "./live.js";
 import { mergeIncident, renderAnomalies, renderArtifacts, renderStatus } from "./panels.js";
+import { SamplesView } from "./samples_view.js";
 import { Columns } from "./series.js";
 
 const JOB_REFRESH_MS = 5000;
@@ -53,13 +54,17 @@ export class RunView {
       storageKey: `training_platform.charts.${jobId}`,
       onZoom: debounce((lo, hi) => this.zoomTo(lo, hi), 150),
       onReset: () => this.resetZoom(),
+      // A click on a chart point: its step's samples (the nearest step with samples).
+      onPick: (step) => this.samples.showStepNear(step, { scroll: true }),
     });
+    this.samples = new SamplesView(jobId);
   }
 
   async start() {
     this.layout();
     if (!(await this.isListed()) && !(await this.waitForJob())) return;
     if (this.stopped) return;
+    this.samples.start(); // its own errors stay in its panel; the charts do not wait for it
     const [job] = await Promise.all([
       api(`/jobs/${enc(this.jobId)}`),
       this.loadAnomalies(),
@@ -70,7 +75,11 @@ export class RunView {
     this.stream = new LiveStream(this.jobId, {
       sinceStep: () => this.sinceStep(),
       onMessage: (message) => this.onLive(message),
-      onState: (state, detail) => this.setConnection(state, detail),
+      onState: (state, detail) => {
+        this.setConnection(state, detail);
+        // (Re)connected: samples that landed while no socket was open are fetched.
+        if (state === "live") this.samples.refreshSteps();
+      },
     });
     this.stream.start();
     this.timers.push(setInterval(() => this.refreshJob(), JOB_REFRESH_MS));
@@ -119,6 +128,7 @@ export class RunView {
     this.stopped = true;
     if (this.probe) this.probe.stop();
     if (this.stream) this.stream.stop();
+    this.samples.stop();
     for (const timer of this.timers) clearInterval(timer);
     this.board.destroy();
     this.setConnection("idle");
@@ -135,6 +145,10 @@ export class RunView {
       this.board.controls,
       h("span", { class: "control" }, this.zoomLabel,
         h("button", { onclick: () => this.board.zoom(null), title: "Or double-click a chart" }, "Reset zoom")),
+      h("button", {
+        class: "samples-jump", title: "The run's generated samples, step by step (below the charts)",
+        onclick: () => this.samples.root.scrollIntoView({ block: "start", behavior: "smooth" }),
+      }, "Samples ↓"),
       h("a", { class: "button", href: `#/playback/${enc(this.jobId)}` }, "Playback ▶"));
     this.root.replaceChildren(
       this.header,
@@ -144,7 +158,8 @@ export class RunView {
         h("aside", { class: "run-side" },
           h("section", { class: "panel" }, h("h2", {}, "Status"), this.statusPanel),
           h("section", { class: "panel" }, h("h2", {}, "Anomalies ", h("span", { class: "count", id: "anomaly-count" }, "0")), this.anomalyPanel),
-          h("section", { class: "panel" }, h("h2", {}, "Profiling artifacts"), this.artifactsPanel))));
+          h("section", { class: "panel" }, h("h2", {}, "Profiling artifacts"), this.artifactsPanel))),
+      this.samples.root);
   }
 
   showJob(job) {
@@ -189,7 +204,8 @@ export class RunView {
 
   showAnomalies() {
     this.anomalies.sort((a, b) => a.step - b.step);
-    renderAnomalies(this.anomalyPanel, this.anomalies, (a) => this.focusStep(a.step));
+    renderAnomalies(this.anomalyPanel, this.anomalies, (a) => this.focusStep(a.step),
+      (a) => this.samples.showStepNear(a.step, { scroll: true }));
     this.root.querySelector("#anomaly-count").textContent = String(this.anomalies.length);
     this.board.setAnomalies(this.anomalies);
   }
@@ -251,6 +267,9 @@ export class RunView {
         break;
       case "anomaly":
         this.addAnomaly(message.data);
+        break;
+      case "samples":
+        this.samples.onLive(message); // fetches on its own, batched: the records do not wait
         break;
       case "finished":
         if (this.job) this.showJob({ ...this.job, status: message.status });

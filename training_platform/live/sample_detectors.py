@@ -1,0 +1,389 @@
+"""Diagnosis from generated samples (DESIGN.md §4, issue 14): what the policy writes.
+
+`SampleMonitor.check(samples)` looks at ONE step's samples (decoded sample
+dicts, `callbacks/wire_samples.py`) and returns `SampleFinding`s:
+
+- ``truncation``: most completions of the step end by length.
+- ``degenerate_output``: a notable share of completions are mostly one
+  repeated character or phrase, or a GRPO group wrote (almost) the same text
+  in every member.
+- ``reward_hacking``: (near-)empty completions paid a high reward, or the mean
+  reward went up while completions collapsed to one pattern across prompts.
+- ``no_learning_signal``: (almost) every GRPO group gave all its members the
+  same reward, so every advantage is zero.
+
+Pure: no database, no I/O, stdlib only. The monitor keeps a little per-job
+state across steps (the reward of recent steps whose completions were varied,
+and the cooldowns), so feed one job's steps in order, one monitor per job.
+Optional fields may be absent or None and rewards NaN: a detector that needs
+what a step lacks (rewards, groups, lengths) stays silent for that step.
+
+Cooldown: a monitoring tool reports an incident, not every step of it. A
+finding type fires when its condition starts; while the condition keeps
+recurring (seen again within `SampleDetectorConfig.cooldown` checked steps) it
+fires again at most once every `cooldown` checked steps, as a reminder that
+names the step it started at, or at once when it turns critical. Steps are
+counted in calls to `check` (steps that have samples), because trainers often
+log samples only every few steps.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from training_platform.live.sample_step import (
+    CRITICAL,
+    DEGENERATE_OUTPUT,
+    FINDING_TYPES,
+    NO_LEARNING_SIGNAL,
+    REWARD_HACKING,
+    SEVERITY_RANK,
+    TRUNCATION,
+    WARNING,
+    Found,
+    SampleDetectorConfig,
+    SampleFinding,
+    Step,
+    StepSample,
+    groups_of,
+    read_step,
+    repetition_of,
+    share_text,
+    snippet,
+)
+
+# --- truncation ------------------------------------------------------------------------
+
+
+def _length_limit(step: Step, config: SampleDetectorConfig) -> int | None:
+    """The step's maximum response_length, when it may be the generation limit."""
+    lengths = [s.length for s in step.samples if s.length is not None]
+    if not lengths or max(lengths) < config.min_length_limit:
+        return None
+    return max(lengths)
+
+
+def _truncation(step: Step, config: SampleDetectorConfig) -> Found | None:
+    judged = [s for s in step.samples if s.finish is not None or s.length is not None]
+    limit = _length_limit(step, config)
+    by_reason = [s for s in judged if s.finish in config.length_reasons]
+    # Only samples that do not say why they ended are judged by their length:
+    # a "stop" at the maximum length finished on its own.
+    by_length = [s for s in judged if s.finish is None and limit is not None and s.length == limit]
+    cut = len(by_reason) + len(by_length)
+    if cut < config.truncation_min_samples or cut / len(judged) < config.truncation_share:
+        return None
+    how = []
+    if by_reason:
+        how.append(f"finish_reason {by_reason[0].finish!r}")
+    if by_length:
+        how.append(f"at the step's maximum length {limit}")
+    share = cut / len(judged)
+    severity = CRITICAL if share >= config.truncation_critical_share else WARNING
+    message = (
+        f"{share_text(cut, len(judged))} ended by length ({' or '.join(how)}): "
+        "the length limit cuts most answers before they finish"
+    )
+    # Completions that say they were cut first, then those inferred from their length.
+    return Found(severity, message, [s.index for s in by_reason + by_length])
+
+
+# --- degenerate output -----------------------------------------------------------------
+
+
+def _repetitive_samples(step: Step, config: SampleDetectorConfig) -> tuple[str, list[int]] | None:
+    scored = [
+        (repetition_of(s.normalised, config.degenerate_ngram, config.max_analysed_chars), s)
+        for s in step.samples
+        if s.nonspace >= config.degenerate_min_chars
+    ]
+    degenerate = [(score, s) for score, s in scored if score >= config.degenerate_repetition]
+    total = len(step.samples)
+    count = len(degenerate)
+    if count < config.degenerate_min_count or count / total < config.degenerate_share:
+        return None
+    degenerate.sort(key=lambda pair: (-pair[0], pair[1].index))  # the worst loops first
+    worst_score, worst = degenerate[0]
+    message = (
+        f"{share_text(count, total)} are mostly repetition (one character or repeated "
+        f"{config.degenerate_ngram}-character pieces make up at least "
+        f"{config.degenerate_repetition:.0%} of each); worst: index {worst.index}, "
+        f"{worst_score:.0%} repeated, {snippet(worst.text)}"
+    )
+    return message, [s.index for _, s in degenerate]
+
+
+def _identical_groups(step: Step, config: SampleDetectorConfig) -> tuple[str, list[int]] | None:
+    hits: list[tuple[str, int, int, list[StepSample]]] = []  # (group, same, size, members)
+    for key, members in groups_of(step).items():
+        if len(members) < config.identical_group_min_size:
+            continue
+        text, same = Counter(s.normalised for s in members).most_common(1)[0]
+        long_enough = len(text.replace(" ", "")) >= config.identical_min_chars
+        if long_enough and same / len(members) >= config.identical_group_share:
+            hits.append((key, same, len(members), [s for s in members if s.normalised == text]))
+    if not hits:
+        return None
+    key, same, size, members = hits[0]
+    text = snippet(members[0].text)
+    example = f"group {key!r}: {same} of {size} completions are the same text, {text}"
+    if len(hits) == 1:
+        message = f"{example}; the group's samples no longer explore"
+    else:
+        message = f"{len(hits)} GRPO groups wrote (almost) one text in every member, e.g. {example}"
+    return message, [s.index for _, _, _, group in hits for s in group]
+
+
+def _degenerate(step: Step, config: SampleDetectorConfig) -> Found | None:
+    repetitive = _repetitive_samples(step, config)
+    identical = _identical_groups(step, config)
+    parts = [part for part in (repetitive, identical) if part is not None]
+    if not parts:
+        return None
+    severity = WARNING
+    if repetitive is not None:
+        count = len(repetitive[1])
+        if count / len(step.samples) >= config.degenerate_critical_share:
+            severity = CRITICAL
+    return _merge(severity, parts)
+
+
+def _merge(severity: str, parts: Iterable[tuple[str, list[int]]]) -> Found:
+    """One finding from a detector's sub-rules: messages joined, evidence in order, no repeats."""
+    parts = list(parts)
+    evidence = list(dict.fromkeys(index for _, indexes in parts for index in indexes))
+    return Found(severity, "; ".join(message for message, _ in parts), evidence)
+
+
+# --- reward hacking --------------------------------------------------------------------
+
+
+def _short_rewarded(step: Step, config: SampleDetectorConfig) -> tuple[str, list[int]] | None:
+    rewards = step.rewards()
+    if not rewards:
+        return None
+    median = statistics.median(rewards)
+
+    def high(reward: float) -> bool:
+        if config.short_high_reward is not None and reward >= config.short_high_reward:
+            return True
+        return reward > 0 and reward >= median
+
+    paid = [
+        (s.reward, s)
+        for s in step.samples
+        if s.nonspace <= config.short_max_chars and s.reward is not None and high(s.reward)
+    ]
+    if len(paid) < config.short_min_count:
+        return None
+    paid.sort(key=lambda pair: (-pair[0], pair[1].index))  # the best-paid first
+    top_reward, top = paid[0]
+    message = (
+        f"{len(paid)} completions of at most {config.short_max_chars} non-space characters "
+        f"got a high reward (up to {top_reward:.4g}, step median {median:.4g}), e.g. index "
+        f"{top.index}: {snippet(top.text)}; the reward may pay for empty answers"
+    )
+    return message, [s.index for _, s in paid]
+
+
+@dataclass(frozen=True)
+class _RewardSummary:
+    step: int
+    mean: float
+    variance: float
+
+
+@dataclass(frozen=True)
+class _Dominant:
+    """The step's most common completion text and who wrote it."""
+
+    carriers: list[StepSample]
+    prompts: int
+    """How many different prompts (groups) it answers."""
+    share: float
+
+
+def _dominant(step: Step) -> _Dominant:
+    text, _ = Counter(s.normalised for s in step.samples).most_common(1)[0]
+    carriers = [s for s in step.samples if s.normalised == text]
+    prompts = len({s.prompt if s.group is None else s.group for s in carriers})
+    return _Dominant(carriers, prompts, len(carriers) / len(step.samples))
+
+
+@dataclass
+class _CollapseTrend:
+    """Reward up while completions collapse: the reward of varied steps, then of collapsed ones."""
+
+    config: SampleDetectorConfig
+    varied: deque[_RewardSummary] = field(init=False)
+    collapsed: deque[_RewardSummary] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.varied = deque(maxlen=self.config.trend_window)
+        self.collapsed = deque(maxlen=max(1, self.config.trend_window // 2))
+
+    def rewind(self, step: int) -> None:
+        """A resumed run rewrites `step` and later: forget what they said before."""
+        for window in (self.varied, self.collapsed):
+            while window and window[-1].step >= step:
+                window.pop()
+
+    def update(self, step: Step) -> tuple[str, list[int]] | None:
+        rewards = step.rewards()
+        if len(rewards) < self.config.min_rewarded_samples:
+            return None
+        mean = statistics.fmean(rewards)
+        # By hand: statistics.pvariance computes exactly, with fractions, and is slow.
+        variance = statistics.fmean((reward - mean) ** 2 for reward in rewards)
+        summary = _RewardSummary(step.step, mean, variance)
+        dominant = _dominant(step)
+        if (
+            dominant.share < self.config.collapse_share
+            or dominant.prompts < self.config.collapse_min_prompts
+        ):
+            self.varied.append(summary)
+            self.collapsed.clear()  # a varied step ends the collapse
+            return None
+        self.collapsed.append(summary)
+        if len(self.varied) < self.config.trend_min_steps:
+            return None  # collapsed from the start: no earlier reward to compare with
+        before = statistics.fmean(s.mean for s in self.varied)
+        sigma = math.sqrt(statistics.fmean(s.variance for s in self.varied))
+        now = statistics.fmean(s.mean for s in self.collapsed)
+        # The 1e-9 floor: with a constant baseline (sigma 0) rounding is no rise.
+        if now - before < max(self.config.trend_min_rise * sigma, 1e-9):
+            return None
+        return self._explain(step, dominant, before, now)
+
+    def _explain(
+        self, step: Step, dominant: _Dominant, before: float, now: float
+    ) -> tuple[str, list[int]]:
+        count = len(dominant.carriers)
+        message = (
+            f"the mean reward rose from {before:.4g} (last {len(self.varied)} steps with "
+            f"varied completions) to {now:.4g} while completions collapsed to one text: "
+            f"{snippet(dominant.carriers[0].text)} is {share_text(count, len(step.samples))}, "
+            f"across {dominant.prompts} prompts"
+        )
+        return message, [s.index for s in dominant.carriers]
+
+
+# --- no learning signal ----------------------------------------------------------------
+
+
+def _all_equal(values: list[float]) -> bool:
+    # math.isclose: rewards computed two ways may differ in the last bit.
+    return all(math.isclose(value, values[0]) for value in values)
+
+
+def _flat_groups(step: Step, config: SampleDetectorConfig) -> Found | None:
+    rewards: dict[str, list[float]] = {}  # the finite rewards of groups that have 2 or more
+    first: dict[str, int] = {}  # each such group's lowest sample index
+    for key, members in groups_of(step).items():
+        finite = [s.reward for s in members if s.reward is not None]
+        if len(finite) >= 2:
+            rewards[key], first[key] = finite, min(s.index for s in members)
+    # math.isclose: rewards computed two ways may differ in the last bit.
+    flat = [
+        key for key, values in rewards.items() if all(math.isclose(v, values[0]) for v in values)
+    ]
+    # Shares are compared as fractions: 0.9 * 10 groups may round above 9.
+    share = len(flat) / len(rewards) if rewards else 0.0
+    if len(rewards) < config.flat_min_groups or share < config.flat_group_share:
+        return None
+    example = rewards[flat[0]]
+    message = (
+        f"{len(flat)} of {len(rewards)} GRPO groups ({share:.0%}) gave every member the same "
+        f"reward (e.g. group {flat[0]!r}: {len(example)} x {example[0]:.4g}), so their "
+        "advantages are zero and the step teaches nothing"
+    )
+    severity = CRITICAL if len(flat) == len(rewards) else WARNING
+    # One sample per flat group: the evidence then shows as many groups as it can.
+    return Found(severity, message, [first[key] for key in flat])
+
+
+# --- the monitor -----------------------------------------------------------------------
+
+
+@dataclass
+class _Incident:
+    opened_step: int
+    severity: int
+    last_seen: int
+    """The check count at which its condition last held."""
+    last_fired: int
+
+
+class SampleMonitor:
+    """Runs every sample detector over one job's steps, with cooldowns (module docstring)."""
+
+    def __init__(self, config: SampleDetectorConfig | None = None) -> None:
+        self.config = config or SampleDetectorConfig()
+        self._checks = 0
+        self._last_step: int | None = None
+        self._trend = _CollapseTrend(self.config)
+        self._incidents: dict[str, _Incident] = {}
+
+    def check(self, samples: list[dict[str, Any]]) -> list[SampleFinding]:
+        """The findings for one step's samples (all of one step; ValueError otherwise).
+
+        Feed a job's steps in order. A step at or before the last one fed (a
+        resumed run rewriting its history) first drops what the monitor
+        remembered of those steps.
+        """
+        step = read_step(samples)
+        if step is None:
+            return []
+        self._checks += 1
+        if self._last_step is not None and step.step <= self._last_step:
+            self._trend.rewind(step.step)
+        self._last_step = step.step
+        findings = []
+        for kind, found in self._detect(step).items():
+            if found is None:
+                continue  # an incident ends by not being seen for `cooldown` checks
+            note = self._alert(kind, step.step, found.severity)
+            if note is not None:
+                evidence = tuple(found.evidence[: self.config.max_evidence])
+                findings.append(
+                    SampleFinding(step.step, kind, found.severity, found.message + note, evidence)
+                )
+        return findings
+
+    def _detect(self, step: Step) -> dict[str, Found | None]:
+        """Each enabled detector's result for this step, in `FINDING_TYPES` order."""
+        config, enabled = self.config, set(FINDING_TYPES) - self.config.disabled
+        found: dict[str, Found | None] = {}
+        if TRUNCATION in enabled:
+            found[TRUNCATION] = _truncation(step, config)
+        if DEGENERATE_OUTPUT in enabled:
+            found[DEGENERATE_OUTPUT] = _degenerate(step, config)
+        if REWARD_HACKING in enabled:
+            # The trend is updated on every step, whatever the short-completion rule says.
+            parts = [_short_rewarded(step, config), self._trend.update(step)]
+            hacked = [part for part in parts if part is not None]
+            found[REWARD_HACKING] = _merge(CRITICAL, hacked) if hacked else None
+        if NO_LEARNING_SIGNAL in enabled:
+            found[NO_LEARNING_SIGNAL] = _flat_groups(step, config)
+        return found
+
+    def _alert(self, kind: str, step: int, severity: str) -> str | None:
+        """The note to append when this occurrence is reported ("" for a new
+        incident), or None while the cooldown keeps it quiet."""
+        rank, now = SEVERITY_RANK[severity], self._checks
+        incident = self._incidents.get(kind)
+        if incident is None or now - incident.last_seen > self.config.cooldown:
+            self._incidents[kind] = _Incident(step, rank, now, now)
+            return ""
+        incident.last_seen = now
+        worse = rank > incident.severity
+        if not worse and now - incident.last_fired < self.config.cooldown:
+            return None
+        incident.last_fired = now
+        incident.severity = max(rank, incident.severity)
+        return f" (ongoing since step {incident.opened_step})"

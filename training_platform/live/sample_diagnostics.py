@@ -1,0 +1,99 @@
+"""Diagnosis from generated samples: the sample detectors over each step that lands.
+
+`live/sample_detectors.py` judges one step's samples; this module keeps one
+monitor per job, feeds it the steps of each committed samples batch in step
+order, and stores what it finds as anomalies with source "samples" and the
+sample indexes as `evidence`, on the same anomaly stream, webhook and health
+verdict as the other sources. Like `PlatformDiagnostics`, it returns only the
+findings new to the store, so nothing is announced twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from training_platform.ingest.metrics_file import upsert_anomalies
+from training_platform.live.sample_detectors import SampleMonitor
+from training_platform.live.sample_step import SampleFinding
+from training_platform.store.models import Anomaly
+
+SOURCE: Final = "samples"
+
+
+class SampleDiagnostics:
+    """Thread-safe across jobs; one job's batches come in commit order (the job's lock)."""
+
+    def __init__(
+        self, factory: sessionmaker[Session], *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._factory = factory
+        self._clock = clock
+        self._monitors: dict[str, SampleMonitor] = {}
+        self._guard = threading.Lock()
+
+    def diagnose(self, job_id: str, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Check the steps of a committed batch; return the anomaly rows new to the store.
+
+        A step seen again (a resumed run rewrote it, or its samples came in two
+        batches) is judged again with the samples at hand; a finding already
+        stored for that (step, type) is refreshed, not announced again.
+        """
+        by_step: dict[int, list[dict[str, Any]]] = {}
+        for sample in samples:
+            by_step.setdefault(sample["step"], []).append(sample)
+        with self._guard:
+            monitor = self._monitors.setdefault(job_id, SampleMonitor())
+        findings: list[SampleFinding] = []
+        for step in sorted(by_step):
+            findings += monitor.check(by_step[step])
+        if not findings:
+            return []
+        return self._store(job_id, findings)
+
+    def forget(self, job_id: str) -> None:
+        with self._guard:
+            self._monitors.pop(job_id, None)
+
+    def _store(self, job_id: str, findings: list[SampleFinding]) -> list[dict[str, Any]]:
+        now = self._clock()
+        rows: list[dict[str, Any]] = [
+            {
+                "job_id": job_id,
+                "step": finding.step,
+                "type": finding.type,
+                "severity": finding.severity,
+                "message": finding.message,
+                "source": SOURCE,
+                "created_at": now,
+                "evidence": list(finding.evidence),
+            }
+            for finding in findings
+        ]
+        steps = sorted({row["step"] for row in rows})
+        with self._factory() as session:
+            existing = {
+                (step, kind)
+                for step, kind in session.execute(
+                    select(Anomaly.step, Anomaly.type).where(
+                        Anomaly.job_id == job_id,
+                        Anomaly.source == SOURCE,
+                        Anomaly.step.in_(steps),
+                    )
+                )
+            }
+            upsert_anomalies(session, rows)
+            session.commit()
+        new: list[dict[str, Any]] = []
+        seen = set(existing)
+        for row in rows:
+            key = (row["step"], row["type"])
+            if key not in seen:
+                seen.add(key)
+                new.append(row)
+        return new
