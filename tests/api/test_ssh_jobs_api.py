@@ -9,6 +9,7 @@ from tests.fixtures_sshd import SSHD
 from training_platform.api.main import create_app
 from training_platform.callbacks.wire_lines import encode_record
 from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire_samples import build_sample
 from training_platform.settings import Settings
 
 
@@ -81,3 +82,33 @@ def test_an_unreachable_host_is_503_on_sync_and_recovers(
     history = ssh_client.get("/api/monitoring/remote1/metrics").json()["metrics"]
     assert [r["step"] for r in history] == [0, 1, 2, 3]
     assert ssh_client.get("/api/jobs/remote1").json()["last_sync_error"] is None
+
+
+def test_a_remote_samples_file_is_ingested_over_sftp_exactly_once(
+    ssh_client: TestClient, sshd: SSHD
+) -> None:
+    append(sshd, 0, 1)
+    assert ssh_client.post("/api/jobs", json=sshd.job_body()).status_code == 201
+    # No samples file yet: not an error, nothing to show.
+    assert ssh_client.post("/api/monitoring/remote1/metrics/sync").status_code == 200
+    assert ssh_client.get("/api/jobs/remote1").json()["last_sync_error"] is None
+    assert ssh_client.get("/api/monitoring/remote1/samples").json()["samples"] == []
+
+    samples = sshd.remote_dir / "remote1_samples.jsonl"
+    first = [build_sample(0, i, "2+2?", f"answer {i}", reward=i / 2, group="g") for i in range(3)]
+    with samples.open("ab") as handle:
+        handle.write(b"".join(encode_record(sample) for sample in first))
+        handle.write(b'{"step": 1, "index": 0, "prompt": "3+3?", "compl')  # mid-write
+    assert ssh_client.post("/api/monitoring/remote1/metrics/sync").status_code == 200
+    with samples.open("ab") as handle:
+        handle.write(b'etion": "six", "reward": 1.0}\n')
+    assert ssh_client.post("/api/monitoring/remote1/metrics/sync").status_code == 200
+    assert ssh_client.post("/api/monitoring/remote1/metrics/sync").status_code == 200
+
+    stored = ssh_client.get("/api/monitoring/remote1/samples").json()["samples"]
+    assert [(s["step"], s["index"], s["prompt"], s["completion"], s["reward"]) for s in stored] == [
+        (0, 0, "2+2?", "answer 0", 0.0),
+        (0, 1, "2+2?", "answer 1", 0.5),
+        (0, 2, "2+2?", "answer 2", 1.0),
+        (1, 0, "3+3?", "six", 1.0),
+    ]

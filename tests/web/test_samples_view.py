@@ -455,3 +455,33 @@ def test_a_run_without_samples_says_so_until_it_logs_some(
     _wait_step(page, 20)
     assert page.locator(".samples-empty").count() == 0
     assert page.inner_text(".samples-count") == "1 step"
+
+
+def test_a_verl_rollout_directory_shows_in_the_samples_panel(
+    live_server: LiveServer, page: Any
+) -> None:
+    """verl's own dumps, `{job}_rollouts/{step}.jsonl`, next to the metrics: no log_samples."""
+    job = "verlrun"
+    rollouts = live_server.metrics_dir / f"{job}_rollouts"
+    rollouts.mkdir()
+    for step in (0, 5):
+        lines = [
+            {"input": f"Q{step}: what is {n} + {n}?", "output": f"It is {2 * n}.",
+             "score": 1.0 if n % 2 else 0.0, "step": step, "gts": str(2 * n)}
+            for n in range(3)
+        ]  # fmt: skip
+        (rollouts / f"{step}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    live_server.write_records(job, [make_record(step) for step in range(30)])
+    live_server.write_status(job, "running", 29, 100)
+    live_server.sync(job)
+
+    _open(page, live_server, job)
+    _wait_step(page, 5)
+
+    rows = _rows(page)
+    assert [(row["index"], row["reward"], row["preview"]) for row in rows] == [
+        ("0", "0", "It is 0."),
+        ("1", "1", "It is 2."),
+        ("2", "0", "It is 4."),
+    ]
+    page.locator("#samples-panel").screenshot(path=str(ARTIFACTS / "samples_panel_verl.png"))
