@@ -76,6 +76,7 @@ from training_platform.ingest.registry import discover_jobs
 from training_platform.ingest.samples_file import SAMPLES
 from training_platform.settings import Settings
 from training_platform.store.database import make_engine, make_session_factory, prepare_schema
+from training_platform.store.models import Sample, SamplePrompt
 
 JOB = "bench"
 GROUP = 8  # GRPO: completions per prompt
@@ -87,24 +88,9 @@ SEARCH_TARGET_MS = 300.0
 POSTGRES_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-SAMPLE_COLUMNS = (
-    "job_id",
-    "step",
-    "sample_index",
-    "timestamp",
-    "prompt_id",
-    "completion",
-    "reward",
-    "reward_nonfinite",
-    "rewards",
-    "group_key",
-    "response_length",
-    "completion_chars",
-    "finish_reason",
-    "extra",
-    "received_at",
-)
-PROMPT_COLUMNS = ("id", "job_id", "digest", "text")
+# The tables' columns, in table order, for the raw floor's INSERT / COPY.
+SAMPLE_COLUMNS = tuple(column.name for column in Sample.__table__.columns)
+PROMPT_COLUMNS = tuple(column.name for column in SamplePrompt.__table__.columns)
 
 # Words of math-reasoning prose; none holds RARE or COMMON inside it.
 _PROSE = (

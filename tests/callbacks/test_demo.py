@@ -134,17 +134,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _demo_command(tmp_path: Path, port: int, *, steps: int, step_delay: float) -> list[str]:
+    """`training-platform demo` on `port`, its files and database under `tmp_path`."""
+    return [
+        sys.executable, "-m", "training_platform", "demo", "--host", "127.0.0.1",
+        "--port", str(port), "--metrics-dir", str(tmp_path / "metrics"),
+        "--database-url", f"sqlite:///{tmp_path / 'platform.db'}",
+        "--steps", str(steps), "--step-delay", str(step_delay), "--lr-spike-at", "0",
+    ]  # fmt: skip
+
+
 def test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer(
     tmp_path: Path,
 ) -> None:
     port = _free_port()
     metrics_dir = tmp_path / "metrics"
-    command = [
-        sys.executable, "-m", "training_platform", "demo", "--host", "127.0.0.1",
-        "--port", str(port), "--metrics-dir", str(metrics_dir),
-        "--database-url", f"sqlite:///{tmp_path / 'platform.db'}",
-        "--steps", "15", "--step-delay", "0", "--lr-spike-at", "0",
-    ]  # fmt: skip
+    command = _demo_command(tmp_path, port, steps=15, step_delay=0)
     demo = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path
     )
@@ -187,12 +192,7 @@ def test_sigterm_to_the_demo_stops_its_trainer_too(tmp_path: Path) -> None:
     which then ran on, orphaned, with nobody serving its run."""
     port = _free_port()
     metrics_dir = tmp_path / "metrics"
-    command = [
-        sys.executable, "-m", "training_platform", "demo", "--host", "127.0.0.1",
-        "--port", str(port), "--metrics-dir", str(metrics_dir),
-        "--database-url", f"sqlite:///{tmp_path / 'platform.db'}",
-        "--steps", "100000", "--step-delay", "0.05", "--lr-spike-at", "0",
-    ]  # fmt: skip
+    command = _demo_command(tmp_path, port, steps=100000, step_delay=0.05)
     demo = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
     )

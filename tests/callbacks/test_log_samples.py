@@ -233,13 +233,8 @@ def test_a_sample_that_cannot_be_written_is_skipped_and_logged_once(
     assert len([r for r in caplog.records if "sample failed" in r.getMessage()]) == 1
 
 
-def test_a_blocked_writer_does_not_block_log_samples_until_the_queue_is_full(
-    tmp_path: Path,
-) -> None:
-    """The metrics' bounded-queue policy: calls return at once (no I/O on the
-    training thread) until `queue_size` commands wait; then the training
-    thread waits for the writer rather than dropping samples or growing."""
-    callback = PlatformCallback("slow", tmp_path, queue_size=3)
+def block_writer(callback: PlatformCallback) -> threading.Event:
+    """Make the callback's writer wait, before each command, until the event is set."""
     gate = threading.Event()
     handle = callback.writer.handle
 
@@ -248,6 +243,17 @@ def test_a_blocked_writer_does_not_block_log_samples_until_the_queue_is_full(
         handle(command)
 
     callback.writer.handle = blocked  # type: ignore[method-assign]
+    return gate
+
+
+def test_a_blocked_writer_does_not_block_log_samples_until_the_queue_is_full(
+    tmp_path: Path,
+) -> None:
+    """The metrics' bounded-queue policy: calls return at once (no I/O on the
+    training thread) until `queue_size` commands wait; then the training
+    thread waits for the writer rather than dropping samples or growing."""
+    callback = PlatformCallback("slow", tmp_path, queue_size=3)
+    gate = block_writer(callback)
     callback.on_train_begin()
     returned: list[int] = []
 
@@ -282,14 +288,7 @@ def test_past_eight_waiting_calls_samples_are_dropped_never_waited_for(
     """A stuck writer must not make a queue of half-megabyte calls grow without end,
     nor stop training: 8 calls wait, later ones drop their samples, warned once."""
     callback = PlatformCallback("stuck", tmp_path, queue_size=1000)
-    gate = threading.Event()
-    handle = callback.writer.handle
-
-    def blocked(command: tuple[Any, ...]) -> None:
-        gate.wait()
-        handle(command)
-
-    callback.writer.handle = blocked  # type: ignore[method-assign]
+    gate = block_writer(callback)
     callback.on_train_begin()
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="training_platform"):
@@ -391,14 +390,7 @@ def test_a_samples_file_that_cannot_be_written_leaves_the_metrics_alone(
 
 def test_extra_dicts_are_snapshotted_and_a_refused_call_takes_no_index(tmp_path: Path) -> None:
     callback = PlatformCallback("snap", tmp_path, background=True)
-    gate = threading.Event()
-    handle = callback.writer.handle
-
-    def blocked(command: tuple[Any, ...]) -> None:
-        gate.wait()
-        handle(command)
-
-    callback.writer.handle = blocked  # type: ignore[method-assign]
+    gate = block_writer(callback)
     callback.on_train_begin()
     reused = {"seen": 1}
     callback.log_samples(0, ["a"], ["b"], extra=[reused], reward_components=[{"acc": 1.0}])

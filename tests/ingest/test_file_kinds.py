@@ -18,11 +18,11 @@ import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, Text, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tests.ingest.listener import Heard
 from training_platform.callbacks.wire_lines import encode_record
 from training_platform.callbacks.wire_records import build_record
 from training_platform.errors import RecordError
 from training_platform.ingest.file_kinds import LineFileKind, StoredRows
-from training_platform.ingest.persister import CommittedBatch
 from training_platform.ingest.polling import KnownJob, PollRule
 from training_platform.ingest.sync_service import SyncService
 from training_platform.settings import Settings
@@ -74,29 +74,11 @@ NOTES = LineFileKind(
 )
 
 
-class Heard:
-    """A listener that keeps what it is told."""
-
-    def __init__(self) -> None:
-        self.batches: list[CommittedBatch] = []
-
-    def batch_committed(self, job_id: str, batch: CommittedBatch) -> None:
-        self.batches.append(batch)
-
-    def status_changed(self, job: Job) -> None:
-        pass
-
-
 @pytest.fixture
 def notes_table(engine: Engine) -> Iterator[None]:
     NOTES_TABLE.create(engine)
     yield
     NOTES_TABLE.drop(engine)
-
-
-@pytest.fixture
-def heard() -> Heard:
-    return Heard()
 
 
 @pytest.fixture

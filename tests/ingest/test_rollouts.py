@@ -14,10 +14,10 @@ from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from tests.ingest.listener import Heard
 from training_platform.callbacks.wire_lines import encode_record
 from training_platform.callbacks.wire_records import build_record
 from training_platform.ingest import rollout_files, rollouts
-from training_platform.ingest.persister import CommittedBatch
 from training_platform.ingest.polling import KnownJob, PollRule
 from training_platform.ingest.readers import SYMLINK_REFUSED
 from training_platform.ingest.rollout_lines import decode_rollout_line, step_of_name
@@ -25,31 +25,6 @@ from training_platform.ingest.samples_file import SAMPLES
 from training_platform.ingest.sync_service import SyncService
 from training_platform.settings import Settings
 from training_platform.store.models import Job, Sample, SamplePrompt, SyncState
-
-
-class Heard:
-    def __init__(self) -> None:
-        self.batches: list[CommittedBatch] = []
-
-    def batch_committed(self, job_id: str, batch: CommittedBatch) -> None:
-        self.batches.append(batch)
-
-    def status_changed(self, job: Job) -> None:
-        pass
-
-    def samples(self) -> list[tuple[int, int]]:
-        """(step, count) of every samples batch heard, in order."""
-        found = []
-        for batch in self.batches:
-            if batch.kind == "samples":
-                steps = sorted({sample["step"] for sample in batch.records})
-                found += [(s, sum(r["step"] == s for r in batch.records)) for s in steps]
-        return found
-
-
-@pytest.fixture
-def heard() -> Heard:
-    return Heard()
 
 
 def make_service(factory: sessionmaker[Session], settings: Settings, heard: Heard) -> SyncService:

@@ -12,31 +12,15 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tests.ingest.listener import Heard
 from training_platform.callbacks.wire_lines import encode_record
 from training_platform.callbacks.wire_records import build_record
 from training_platform.callbacks.wire_samples import build_sample
-from training_platform.ingest.persister import CommittedBatch
 from training_platform.ingest.samples_file import SAMPLES
 from training_platform.ingest.sync_service import SyncService
 from training_platform.settings import Settings
 from training_platform.store.jobs import delete_job
-from training_platform.store.models import Job, Sample, SamplePrompt, SyncState
-
-
-class Heard:
-    def __init__(self) -> None:
-        self.batches: list[CommittedBatch] = []
-
-    def batch_committed(self, job_id: str, batch: CommittedBatch) -> None:
-        self.batches.append(batch)
-
-    def status_changed(self, job: Job) -> None:
-        pass
-
-
-@pytest.fixture
-def heard() -> Heard:
-    return Heard()
+from training_platform.store.models import Sample, SamplePrompt, SyncState
 
 
 @pytest.fixture
