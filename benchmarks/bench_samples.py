@@ -19,7 +19,9 @@ writes it. For each backend:
    with `sqlite3.executemany` / psycopg `COPY` into the same `samples` table,
    their prompts inserted beforehand (not timed). A fresh database for each
    side and round; rounds interleaved; the best of each compared (the slower
-   runs measure the neighbours), per-round ratios printed too.
+   runs measure the neighbours), per-round ratios printed too. Both sides
+   maintain the text search's trigram indexes (migration 0006: SQLite's FTS5
+   triggers fire on the floor's raw inserts too; PostgreSQL's GIN indexes).
 2. **Disk**: the database after our ingestion (SQLite: the file after a WAL
    checkpoint; PostgreSQL: `pg_total_relation_size` of `samples` +
    `sample_prompts`) against the JSONL file.
@@ -30,8 +32,9 @@ writes it. For each backend:
 4. **Text search** (`q`, a case-insensitive substring of prompt or
    completion) over `--search-samples` samples (loaded with the raw floor
    path, to save time), `sample_page(q=..., limit=100)`: a rare word (in a
-   handful of samples: every row is read) and a common one (in ~1 sample in
-   5: the first 100 hits come early in step order). Target <= 300 ms.
+   handful of samples: found through the trigram index) and a common one (in
+   ~1 sample in 5: too many candidates for the index, so the scan in step
+   order, whose first 100 hits come early). Target <= 300 ms.
 
 `--quick` scales everything down for development. The machine is shared and
 noisy: read the ratios.

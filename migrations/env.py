@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from training_platform.settings import Settings
 from training_platform.store import models  # noqa: F401  (registers the tables)
 from training_platform.store.database import Base, make_engine
+from training_platform.store.text_search import is_text_search_object
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("connection") is None:
@@ -28,12 +29,22 @@ def _url() -> str:
     return url or config.get_main_option("sqlalchemy.url") or Settings().database_url
 
 
+def _include_object(
+    _object: object, name: str | None, _type: str, _reflected: bool, _compare_to: object
+) -> bool:
+    # The text search's FTS5 tables (SQLite) and trigram GIN indexes (PostgreSQL)
+    # have no model: one dialect's DDL (store/text_search.py, migration 0006),
+    # which the comparison of models and database must not ask to drop.
+    return not is_text_search_object(name)
+
+
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
+        include_object=_include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "training_platform"
 # trainer side (callbacks) imports nothing of the server.
 ALLOWED: dict[str, set[str]] = {
     "callbacks": {"errors"},
+    "profile_report": {"callbacks", "errors"},
     "errors": set(),
     "settings": set(),
     "store": {"callbacks", "errors"},
@@ -25,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "live": {"ingest", "history", "store", "callbacks", "errors", "settings", "__init__"},
     "services": {"live", "ingest", "settings"},
     "api": {
+        "profile_report",
         "services",
         "live",
         "ingest",

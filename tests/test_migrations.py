@@ -204,3 +204,49 @@ def test_0004_keys_sync_state_by_kind_and_keeps_each_jobs_offset(
             assert rows.all() == [("run1", 42)]  # only the metrics row fits the old table
     finally:
         engine.dispose()
+
+
+def test_0007_gives_existing_buckets_the_time_of_their_first_record(
+    empty_database_url: str,
+) -> None:
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0006")
+    engine = make_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected,"
+                    " created_at) VALUES ('run1', 'local', true, 'running', false, 1.0)"
+                )
+            )
+            for step, timestamp in ((0, 100.0), (32, 132.5), (64, None)):
+                connection.execute(
+                    text(
+                        "INSERT INTO training_metrics (job_id, step, timestamp, received_at,"
+                        " has_anomaly) VALUES ('run1', :step, :ts, 1.0, false)"
+                    ),
+                    {"step": step, "ts": timestamp},
+                )
+            for level, bucket, first in ((0, 0, 0), (0, 1, 32), (0, 2, 64), (1, 0, 0)):
+                connection.execute(
+                    text(
+                        "INSERT INTO metric_rollups (job_id, level, bucket, first_step,"
+                        " last_step, row_count, stats) VALUES ('run1', :l, :b, :f, :f, 1, :s)"
+                    ),
+                    {"l": level, "b": bucket, "f": first, "s": b""},
+                )
+
+        command.upgrade(config, "head")
+
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT level, bucket, first_timestamp FROM metric_rollups ORDER BY 1, 2")
+            )
+            assert rows.all() == [(0, 0, 100.0), (0, 1, 132.5), (0, 2, None), (1, 0, 100.0)]
+        command.downgrade(config, "0006")
+        columns = {c["name"] for c in inspect(engine).get_columns("metric_rollups")}
+        assert "first_timestamp" not in columns
+        assert "run_files" not in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()

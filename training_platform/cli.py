@@ -250,10 +250,21 @@ def demo(
     ] = 0.1,
     lr_spike_at: Annotated[
         int | None,
-        typer.Option(help="Inject a learning-rate spike (KL blow-up) at this step; 0: none."),
+        typer.Option(
+            help="Inject a learning-rate spike (KL blow-up) at this step of the first run; 0: none."
+        ),
     ] = 400,
+    lr: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--lr",
+            min=0.0,
+            help="One demo run per learning rate (repeat to compare runs: --lr 2e-3 --lr 5e-4); "
+            "default: one run at 2e-3.",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the platform (embedded SQLite by default) with a live demo GRPO run."""
+    """Serve the platform (embedded SQLite by default) with live demo GRPO runs."""
     import sys
     import time
 
@@ -266,30 +277,43 @@ def demo(
         DATABASE_URL=database_url,
     )
     settings.metrics_dir.mkdir(parents=True, exist_ok=True)
-    job_id = time.strftime("demo-grpo-%Y%m%d-%H%M%S")
-    command = [
-        sys.executable, "-m", "training_platform", "demo-train",
-        "--job-id", job_id, "--output-dir", str(settings.metrics_dir),
-        "--steps", str(steps), "--step-delay", str(step_delay), "--profile",
-    ]  # fmt: skip
-    if lr_spike_at:
-        command += ["--lr-spike-at", str(lr_spike_at)]
-    # A separate process, as a real trainer would be: its CPU work never
-    # competes with the server's event loop for the GIL. DemoTrainer filters
-    # the profiler's chatter from its output and reaps it when the run ends.
-    trainer = DemoTrainer(command)
+    stamp = time.strftime("demo-grpo-%Y%m%d-%H%M%S")
+    rates: list[float | None] = list(lr) if lr else [None]
+    trainers = []
+    for number, rate in enumerate(rates):
+        job_id = stamp if len(rates) == 1 else f"{stamp}-lr{rate:g}"
+        command = [
+            sys.executable, "-m", "training_platform", "demo-train",
+            "--job-id", job_id, "--output-dir", str(settings.metrics_dir),
+            "--steps", str(steps), "--step-delay", str(step_delay), "--profile",
+            "--seed", "0",
+        ]  # fmt: skip
+        if rate is not None:
+            command += ["--lr", repr(rate)]
+        if lr_spike_at and number == 0:  # one faulty run beside the healthy ones
+            command += ["--lr-spike-at", str(lr_spike_at)]
+        # A separate process, as a real trainer would be: its CPU work never
+        # competes with the server's event loop for the GIL. DemoTrainer filters
+        # the profiler's chatter from its output and reaps it when the run ends.
+        trainers.append((job_id, DemoTrainer(command)))
     # uvicorn re-raises a SIGTERM it handled once the server is down: with the
     # default disposition this process would die there, before `finally`
     # stops the trainer, which would run on orphaned.
     signal.signal(signal.SIGTERM, _exit_on_signal)
     url = f"http://{settings.host}:{settings.port}"
     typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
-    typer.echo(f"  demo run {job_id!r} writes to {settings.metrics_dir}; Ctrl-C stops both.\n")
+    names = ", ".join(repr(job_id) for job_id, _ in trainers)
+    typer.echo(f"  demo runs {names} write to {settings.metrics_dir}; Ctrl-C stops all.")
+    if len(trainers) > 1:
+        jobs = ",".join(job_id for job_id, _ in trainers)
+        typer.echo(f"  compare them: {url}/#/compare?jobs={jobs}")
+    typer.echo("")
     try:
         # No access log: the dashboard polls, and a line per request buries the rest.
         _run_server(settings, "info", access_log=False)
     finally:
-        trainer.stop()  # SIGINT: the run ends "stopped", not "running" forever
+        for _, trainer in trainers:  # SIGINT: a run ends "stopped", not "running" forever
+            trainer.stop()
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:
@@ -299,11 +323,13 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 def _register_tools() -> None:
     # These modules import only typer at the top; torch and matplotlib load when run.
     from training_platform.demo.cli import demo_train
+    from training_platform.profile_report.cli import profile_report
     from training_platform.tools.cli import gpu_check, profile_inference
 
     app.command("demo-train")(demo_train)
     app.command("gpu-check")(gpu_check)
     app.command("profile-inference")(profile_inference)
+    app.command("profile-report")(profile_report)
 
 
 _register_tools()

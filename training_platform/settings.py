@@ -229,6 +229,15 @@ class Settings(BaseSettings):
         "are listed in series_omitted (bounds the work and memory of a run that logs "
         "thousands of distinct keys).",
     )
+    compare_exact_smoothing_rows: int = Field(
+        default=20_000,
+        ge=0,
+        le=10_000_000,
+        validation_alias="PLATFORM_COMPARE_EXACT_SMOOTHING_ROWS",
+        description="GET /api/compare smooths a run from its exact records when its range "
+        "holds at most this many (each is read); beyond, from the buckets "
+        "(smoothing_exact: false; docs/contract.md, compare).",
+    )
     playback_interval: float = Field(
         default=0.1,
         gt=0,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import statistics
@@ -115,6 +116,30 @@ def test_the_demo_train_command_runs_and_reports(tmp_path: Path) -> None:
     assert len(read_records(tmp_path / "cli_metrics.jsonl")) == 15
 
 
+def test_demo_train_runs_epochs_and_times_its_stages_through_the_profiler(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command("demo-train")(demo_train)
+    app.command("other")(lambda: None)
+    result = CliRunner().invoke(
+        app,
+        ["demo-train", "--job-id", "ep", "--output-dir", str(tmp_path), "--epochs", "2",
+         "--steps-per-epoch", "4", "--profile", "--trace-wait", "1", "--trace-active", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "completed after 8 steps" in result.output and "profile-report" in result.output
+    records = read_records(tmp_path / "ep_metrics.jsonl")
+    assert [r["extra"]["epoch"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # The kit's stages, nested ones included, not the demo's own timing.
+    assert set(records[-1]["timing"]) == {
+        "rollout", "reward", "ref", "advantage", "update_actor",
+        "update_actor/backward", "update_actor/optimizer",
+    }  # fmt: skip
+    profiles = tmp_path / "ep_profiles"
+    assert sorted(p.name for p in profiles.iterdir()) == ["stage_times.json", "step_2"]
+    summary = json.loads((profiles / "stage_times.json").read_text())
+    assert summary["stages"]["rollout"]["count"] == 8 and summary["memory"]["baseline"]
+
+
 def _children(pid: int) -> list[tuple[int, str]]:
     """(pid, state) of each child process of `pid` (Linux /proc)."""
     found = []
@@ -134,22 +159,25 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _demo_command(tmp_path: Path, port: int, *, steps: int, step_delay: float) -> list[str]:
+def _demo_command(
+    tmp_path: Path, port: int, *, steps: int, step_delay: float, more: tuple[str, ...] = ()
+) -> list[str]:
     """`training-platform demo` on `port`, its files and database under `tmp_path`."""
     return [
         sys.executable, "-m", "training_platform", "demo", "--host", "127.0.0.1",
         "--port", str(port), "--metrics-dir", str(tmp_path / "metrics"),
         "--database-url", f"sqlite:///{tmp_path / 'platform.db'}",
-        "--steps", str(steps), "--step-delay", str(step_delay), "--lr-spike-at", "0",
+        "--steps", str(steps), "--step-delay", str(step_delay), "--lr-spike-at", "0", *more,
     ]  # fmt: skip
 
 
-def test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer(
+def test_the_demo_command_runs_runs_to_compare_keeps_its_log_quiet_and_reaps_them(
     tmp_path: Path,
 ) -> None:
     port = _free_port()
     metrics_dir = tmp_path / "metrics"
-    command = _demo_command(tmp_path, port, steps=15, step_delay=0)
+    rates = ("--lr", "0.002", "--lr", "0.0005")  # two runs, to compare
+    command = _demo_command(tmp_path, port, steps=15, step_delay=0, more=rates)
     demo = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path
     )
@@ -161,12 +189,20 @@ def test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer(
         finished = False
         while time.monotonic() < deadline and not finished:
             statuses = [read_status(p)["status"] for p in metrics_dir.glob("*_status.json")]
-            finished = statuses == ["completed"]
+            finished = statuses == ["completed", "completed"]
             time.sleep(0.2)
         assert finished, "".join(output)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             for _ in range(5):
                 assert client.get("/api/jobs").status_code == 200
+            jobs = client.get("/api/jobs?project=demo").json()["jobs"]
+            ids = sorted(job["job_id"] for job in jobs)
+            assert [job_id.rsplit("-", 1)[1] for job_id in ids] == ["lr0.0005", "lr0.002"]
+            assert {job["name"] for job in jobs} == {"GRPO lr 0.002", "GRPO lr 0.0005"}
+            diff = client.get(f"/api/compare/config?jobs={','.join(ids)}").json()
+            assert diff["differences"] == {"grpo.lr": dict(zip(ids, [0.0005, 0.002], strict=True))}
+            (compared, other) = client.get(f"/api/compare?jobs={','.join(ids)}").json()["jobs"]
+            assert compared["count"] == other["count"] == 15
         # The finished trainer is reaped while the server keeps serving: no zombie.
         while time.monotonic() < deadline and _children(demo.pid):
             time.sleep(0.2)
@@ -180,7 +216,7 @@ def test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer(
             demo.kill()
         reader.join(timeout=30)
     log = "".join(output)
-    assert "training_platform demo:" in log
+    assert "training_platform demo:" in log and "/#/compare?jobs=" in log
     assert "GET /api/jobs" not in log  # no access log line per request
     for noise in ("USDT", "profiler_start", "profiler_stop", "CPUAllocator"):
         assert noise not in log, log

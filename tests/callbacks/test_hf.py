@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -86,6 +87,10 @@ def test_a_real_trainer_writes_one_line_per_step_with_logs_and_eval_merged(
     assert [r["step"] for r in records].count(4) == 1  # logged steps are written once
     status = read_status(tmp_path / "hf-run_status.json")
     assert (status["status"], status["current_step"], status["total_steps"]) == ("completed", 6, 6)
+    run = json.loads((tmp_path / "hf-run_run.json").read_text())  # filled from the arguments
+    assert run["framework"] == {"name": "transformers", "version": transformers.__version__}
+    assert (run["config"]["max_steps"], run["config"]["eval_steps"]) == (6, 3)
+    assert run["config"]["learning_rate"] == trainer.args.learning_rate
 
 
 def test_stop_on_anomaly_stops_a_real_trainer_cleanly(tmp_path: Path) -> None:

@@ -416,3 +416,51 @@ def test_cuda_sync_charges_gpu_work_to_the_stage_that_launched_it() -> None:
     assert gpu_seconds > 0.005
     assert synced.collect()["gpu"] >= 0.9 * gpu_seconds
     assert unsynced.collect()["gpu"] < 0.5 * gpu_seconds
+
+
+def test_stage_times_json_carries_throughput_memory_peak_mean_trend_leaks_and_device(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    rss = iter(range(100 << 20, 1 << 40, 8 << 20))  # +8 MiB every sample: a leak
+    memory = MemoryMonitor(
+        rss=lambda: next(rss), clock=clock, min_interval_s=0.0,
+        leak_window=10, leak_min_growth_mib=32, leak_warmup_steps=0,
+    )  # fmt: skip
+    profiler = StepProfiler("summary-v2", tmp_path, memory=memory, clock=clock)
+    profiler.mark_baseline()
+    for step in range(30):
+        profiler.on_step_begin(step)
+        with profiler.stage("rollout"):
+            clock.advance(0.5)
+        profiler.add_batch(samples=8, tokens=80)
+        profiler.on_step_end(step)
+    profiler.close()
+    data = json.loads((tmp_path / "summary-v2_profiles" / "stage_times.json").read_text())
+    assert data["version"] == 2 and data["device"]["type"] == "cpu"
+    assert data["throughput"] == {
+        "seconds": 15.0, "samples": 240, "tokens": 2400,
+        "samples_per_second": 16.0, "tokens_per_second": 160.0,
+    }  # fmt: skip
+    mib = 1 / 1024
+    assert data["memory"]["samples"] == 30
+    assert data["memory"]["peak"]["rss_gib"] == pytest.approx((100 + 8 * 30) * mib)
+    assert data["memory"]["mean"]["rss_gib"] == pytest.approx((100 + 8 * 15.5) * mib)
+    trend = data["memory"]["trend"]["rss_gib"]
+    assert trend["slope_mib_per_step"] == pytest.approx(8.0) and trend[
+        "r_squared"
+    ] == pytest.approx(1.0)
+    assert (trend["from_step"], trend["to_step"]) == (0, 29)
+    assert data["memory"]["leaks"][0]["type"] == "memory_leak"
+    assert data["overhead"]["traced_steps"] == 0 and data["overhead"]["trace_export_seconds"] == 0.0
+
+
+def test_a_version_1_reader_still_finds_its_keys(tmp_path: Path) -> None:
+    """The keys stage_times.json had before version 2 keep their shape."""
+    with StepProfiler("old-keys", tmp_path, memory=False) as profiler:
+        profiler.on_step_begin(0)
+        profiler.on_step_end(0)
+    data = json.loads((tmp_path / "old-keys_profiles" / "stage_times.json").read_text())
+    assert {"job_id", "updated_at", "steps", "percentile_window", "cuda_sync", "step_time",
+            "stages", "memory", "traces"} <= set(data)  # fmt: skip
+    assert data["memory"] == {"baseline": None, "last": None}

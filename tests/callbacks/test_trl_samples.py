@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -151,6 +152,9 @@ def test_a_real_grpo_run_records_every_completion_with_its_rewards(tmp_path: Pat
     )  # fmt: skip
     assert trainer.reward_func_names == ["length_reward", "format_reward"]  # names kept
     trainer.train()
+    run = json.loads((tmp_path / "grpo-run_run.json").read_text())  # from the GRPOConfig
+    assert run["framework"] == {"name": "trl", "version": trl.__version__}
+    assert run["config"]["num_generations"] == NUM_GENERATIONS
 
     samples = read_samples(tmp_path / "grpo-run_samples.jsonl")
     # Two training batches, then the evaluation after step 2 (not recorded).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import sys
 import types
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.callbacks.helpers import SAMPLES, read_records, read_status, sample
 from training_platform.callbacks import PlatformCallback, StopTraining
@@ -165,9 +167,20 @@ def test_registering_the_backend_lets_verl_config_select_it(
 ) -> None:
     register_verl_backend(output_dir=tmp_path)
     register_verl_backend(output_dir=tmp_path)  # idempotent
-    config = {"trainer": {"total_training_steps": 2}}
+    config = OmegaConf.create(
+        {"trainer": {"total_training_steps": 2, "wandb_api_key": "k"},
+         "actor": {"lr": 1e-6, "ppo_lr": "${actor.lr}"}}
+    )  # fmt: skip
     tracking = fake_verl("proj", "grpo qwen/7b", ["console", "platform"], config)
     tracking.log(data=sample("verl_ppo_step_metrics.json"), step=1)
+    run = json.loads((tmp_path / "grpo_qwen_7b_run.json").read_text())
+    assert (run["project"], run["name"], run["framework"]["name"]) == (
+        "proj", "grpo qwen/7b", "verl",
+    )  # fmt: skip
+    assert run["config"] == {
+        "trainer": {"total_training_steps": 2, "wandb_api_key": "***"},
+        "actor": {"lr": 1e-6, "ppo_lr": 1e-6},
+    }
     tracking.log(data=sample("verl_ppo_step_metrics.json"), step=2)
     del tracking  # verl drops its Tracking when fit() returns
     gc.collect()

@@ -66,8 +66,12 @@ def _summary(values: list[float | int]) -> tuple[Any, ...]:
 
 
 def _check_buckets(body: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """Every bucket is exactly the summary of the stored rows in its step range."""
+    """Every bucket is exactly the summary of the stored rows in its step range, and
+    its timestamp that of the record at its first step (the buckets keep it)."""
     steps, last_steps = body["steps"], body["last_steps"]
+    if "timestamps" in body:  # a query's answer (the pure algorithm's tests build none)
+        times = {r["step"]: r["timestamp"] for r in records}
+        assert body["timestamps"] == [times[step] for step in steps]
     assert all(a <= b for a, b in zip(steps, last_steps, strict=True))
     assert all(b < a for a, b in zip(steps[1:], last_steps, strict=False)), "buckets overlap"
     rows = sorted(

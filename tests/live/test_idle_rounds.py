@@ -24,7 +24,7 @@ from training_platform.callbacks.wire_records import build_record
 from training_platform.live.hub import LiveHub
 from training_platform.services import build_services
 from training_platform.settings import Settings
-from training_platform.store.models import Job, TrainingMetric
+from training_platform.store.models import Job, RunFile, TrainingMetric
 
 JOBS = ("alpha", "beta", "gamma")
 
@@ -158,9 +158,21 @@ def test_a_changed_file_is_still_synced_and_only_its_job(
     assert synced == ["beta", "gamma"]
     assert status_of(session_factory, "gamma") == "completed"
 
+    # So is a run file written (or rewritten) by the trainer: its metadata is stored.
+    def write_run_file() -> None:
+        temporary = metrics_dir / ".alpha_run.json.tmp"
+        temporary.write_text(json.dumps({"job_id": "alpha", "project": "idle-p"}))
+        os.replace(temporary, metrics_dir / "alpha_run.json")
+
+    run_rounds(live_hub, write_run_file)
+    assert synced == ["beta", "gamma", "alpha"]
+    with session_factory() as session:
+        run = session.get(RunFile, "alpha")
+        assert run is not None and run.project == "idle-p"
+
     with counting(engine, monkeypatch) as counts:
         run_rounds(live_hub, lambda: None)
-    assert counts["statements"] == 0 and synced == ["beta", "gamma"]
+    assert counts["statements"] == 0 and synced == ["beta", "gamma", "alpha"]
 
 
 def test_a_silent_running_job_is_synced_once_to_be_marked_stalled(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import typer
@@ -15,6 +16,7 @@ from training_platform.tools.gpu_check import (
     estimate,
     gpu_check_report,
     parse_model_size,
+    resolve_model,
 )
 
 app = typer.Typer()
@@ -72,7 +74,9 @@ def test_gpu_check_on_a_cpu_only_machine_checks_host_ram(monkeypatch: pytest.Mon
 
 
 def test_the_command_prints_a_table_with_verdicts() -> None:
-    result = CliRunner().invoke(app, ["-m", "7B", "-m", "70B", "--memory-gib", "80"])
+    result = CliRunner().invoke(
+        app, ["-m", "7B", "-m", "70B", "--memory-gib", "80", "--skip-throughput"]
+    )
     assert result.exit_code == 0, result.output
     assert "Devices" in result.output
     lines = [line.split() for line in result.output.splitlines()]
@@ -82,7 +86,7 @@ def test_the_command_prints_a_table_with_verdicts() -> None:
 
 
 def test_the_command_prints_json() -> None:
-    result = CliRunner().invoke(app, ["--json", "-m", "350M"])
+    result = CliRunner().invoke(app, ["--json", "-m", "350M", "--skip-throughput"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert {row["mode"] for row in report["estimates"]} >= {"inference_int8", "lora"}
@@ -105,3 +109,80 @@ def test_gpu_inventory_lists_each_device() -> None:
     assert device["total_memory_gib"] > 0
     assert device["compute_capability"].count(".") == 1
     assert report["memory_source"].startswith("cuda:")
+
+
+def test_named_models_resolve_to_their_parameter_counts() -> None:
+    assert resolve_model("DeepSeek-Math-7B") == ("DeepSeek-Math-7B", 6.91e9)
+    assert resolve_model("qwen2.5-0.5b") == ("Qwen2.5-0.5B", 0.49e9)
+    assert resolve_model("deepseek-v3")[1] == 671e9  # served whole, not only the active 37B
+    assert resolve_model("13B") == ("13B", 13e9)
+    with pytest.raises(ValueError, match="Llama-3-70B"):
+        resolve_model("Llama-9-1000")
+
+
+def test_the_seed_tables_figures_and_ours_are_explained() -> None:
+    # The seed's 78.2 GB for 7B training is 12 B/param without overhead; ours is 16 x 1.2.
+    seed_training_gib = 7e9 * 12 / GIB
+    assert seed_training_gib == pytest.approx(78.2, abs=0.05)
+    rows = {
+        r.mode: r for r in estimate("7B", 7e9, overhead=0.0, lora_fraction=0.01, memory_gib=None)
+    }
+    assert rows["inference_fp16"].required_gib == pytest.approx(13.0, abs=0.05)
+    assert rows["full_finetune_adam_mixed"].required_gib == pytest.approx(104.3, abs=0.05)
+    report = gpu_check_report(["7B"], benchmark=False)
+    assert "78.2" in report["seed_differences"] and "125.2" in report["seed_differences"]
+
+
+def test_the_default_table_lists_the_named_models(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    result = CliRunner().invoke(app, ["--skip-throughput", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    for name in ("DeepSeek-Math-7B", "DeepSeek-Math-70B", "DeepSeek-V3 (37B active)"):
+        assert name in result.output
+    for name in ("Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Llama-3-8B", "Llama-3-70B"):
+        assert name in result.output
+    report = json.loads(out.read_text())
+    assert report["benchmark"] is None and "skipped" in report["benchmark_note"]
+    assert "Throughput benchmark: skipped" in result.output
+    modes = {row["mode"] for row in report["estimates"] if row["model"] == "Llama-3-8B"}
+    assert {"inference_bf16", "full_finetune_adam_mixed", "lora", "qlora"} <= modes
+
+
+def test_memory_now_and_the_benchmark_measure_this_machine(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    out = tmp_path / "gpu.json"
+    result = CliRunner().invoke(app, ["-m", "1B", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    memory = report["memory_now"][0]
+    bench = report["benchmark"]
+    assert bench["matmul"]["tflops"] > 0 and bench["matmul"]["repetitions"] >= 3
+    assert bench["bandwidth"]["gb_per_s"] > 0
+    if torch.cuda.is_available():
+        assert memory["device"] == "cuda:0" and memory["free_gib"] <= memory["total_gib"]
+        assert memory["allocated_by_this_process_gib"] >= 0
+        assert bench["matmul"]["dtype"] in ("bfloat16", "float16")
+    else:
+        assert memory["device"] == "cpu" and memory["process_rss_gib"] > 0
+        assert bench["measured"] == "the CPU (no GPU measured)"
+        assert bench["matmul"]["dtype"] == "float32"
+        assert "Throughput benchmark on the CPU (no GPU measured)" in result.output
+    assert "Memory now" in result.output and "TFLOP/s" in result.output
+
+
+def test_a_device_index_that_does_not_exist_is_refused() -> None:
+    torch = pytest.importorskip("torch")
+    missing = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    result = CliRunner().invoke(app, ["--device", str(missing), "--skip-throughput"])
+    assert result.exit_code == 2
+    assert f"device {missing} does not exist" in result.output
+
+
+def test_one_named_gpu_is_reported_alone() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: no GPU on this machine")
+    report = gpu_check_report(["7B"], device=0, benchmark=True, min_time_s=0.05)
+    assert [d["index"] for d in report["devices"]] == [0]
+    assert report["memory_now"][0]["reserved_by_this_process_gib"] >= 0
+    assert report["benchmark"]["device"] == "cuda:0"

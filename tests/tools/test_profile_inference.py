@@ -48,8 +48,8 @@ def two_input_batch(batch_size: int, device: torch.device) -> tuple[torch.Tensor
     )
 
 
-def oom_from_4(batch_size: int, device: torch.device) -> torch.Tensor:
-    if batch_size >= 4:
+def oom_at_4(batch_size: int, device: torch.device) -> torch.Tensor:
+    if batch_size == 4:
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     return torch.randn(batch_size, 8, device=device)
 
@@ -65,6 +65,8 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     expected = ["results.csv", "results.json", "report.txt", "trace.json"]
     expected += ["latency.png", "throughput.png", "memory.png"]
+    expected += ["batch_size_comparison.png", "metrics_heatmap.png", "stacks.txt"]
+    expected += ["operators.csv", "operators_cpu.txt", "operators_memory.txt"]
     for name in expected:
         assert (out / name).stat().st_size > 0, name
 
@@ -81,10 +83,20 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
             r["batch_size"] * 1000 / r["latency_ms"]["mean"]
         )
         assert r["tokens_per_second"] == pytest.approx(r["samples_per_second"] * 32)
-        assert r["peak_memory_mib"] > 0
+        assert r["peak_memory_mib"] > 0 and r["cpu_rss_mib"] == r["peak_memory_mib"]
+        assert r["gpu_peak_mib"] is None  # on the CPU: RSS only, said apart
         assert 0.0 <= r["accuracy"] <= 1.0
-    best = max(results, key=lambda r: r["samples_per_second"])["batch_size"]
-    assert payload["best_batch_size"] == best
+        assert r["runs"] == 3 and r["latency_ms"]["std"] >= 0 and r["outliers"] >= 0
+        assert r["batches_per_second"] == pytest.approx(1000 / r["latency_ms"]["mean"])
+        assert r["total_time_s"] == pytest.approx(3 * r["latency_ms"]["mean"] / 1000)
+    assert payload["model_info"]["parameters"] > 0 and payload["model_info"]["size_mb"] > 0
+    report = (out / "report.txt").read_text()
+    assert "parameters" in report and "outlier(s) of 3 runs" in report
+    assert "over the runner-up" in report
+    best = payload["best_batch_size"]
+    fastest = max(results, key=lambda r: r["samples_per_second"])["batch_size"]
+    # The fastest, or a smaller size tied with it within the measurement noise.
+    assert best == fastest or "within measurement noise" in payload["best_reason"]
     assert f"Best batch size: {best}" in (out / "report.txt").read_text()
     assert f"Best batch size: {best}" in result.output
 
@@ -96,8 +108,15 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
     trace = json.loads((out / "trace.json").read_text())
     assert any(event.get("name") == "aten::linear" for event in trace["traceEvents"])
 
+    stacks = (out / "stacks.txt").read_text().splitlines()
+    assert stacks and all(line.rsplit(" ", 1)[1].isdigit() for line in stacks)
+    assert any("tiny_model.py" in line and "forward" in line for line in stacks)
+    operators = (out / "operators.csv").read_text()
+    assert "aten::linear" in operators and "self_cpu_memory_mb" in operators
+    assert "aten::" in (out / "operators_cpu.txt").read_text()
+
     image = pytest.importorskip("matplotlib.image")
-    for name in ("latency.png", "throughput.png", "memory.png"):
+    for name in ("latency.png", "throughput.png", "memory.png", "metrics_heatmap.png"):
         pixels = image.imread(out / name)
         assert pixels.shape[0] > 100 and pixels.shape[1] > 100
         assert pixels.std() > 0  # something was drawn
@@ -134,13 +153,14 @@ def test_a_bad_factory_is_a_clean_error(tmp_path: Path) -> None:
         load_callable("just_a_name")
 
 
-def test_an_out_of_memory_batch_ends_the_sweep_and_is_recorded() -> None:
-    target = load_target(f"{HERE}:make_linear", device=CPU, inputs_spec=f"{HERE}:oom_from_4")
+def test_an_out_of_memory_batch_is_recorded_and_the_sweep_goes_on() -> None:
+    target = load_target(f"{HERE}:make_linear", device=CPU, inputs_spec=f"{HERE}:oom_at_4")
     results = run_sweep(target, [1, 2, 4, 8], device=CPU, warmup=0, runs=1)
-    assert [(r.batch_size, r.status) for r in results] == [(1, "ok"), (2, "ok"), (4, "oom")]
-    assert "out of memory" in (results[-1].error or "")
+    statuses = [(r.batch_size, r.status) for r in results]
+    assert statuses == [(1, "ok"), (2, "ok"), (4, "oom"), (8, "ok")]
+    assert "out of memory" in (results[2].error or "")
     best, _ = best_batch_size(results)
-    assert best is not None and best.batch_size in (1, 2)
+    assert best is not None and best.batch_size != 4
 
 
 def _result(batch_size: int, samples_per_second: float, p95_ms: float) -> BatchResult:
@@ -149,6 +169,21 @@ def _result(batch_size: int, samples_per_second: float, p95_ms: float) -> BatchR
         latency_ms={"mean": p95_ms, "p50": p95_ms, "p95": p95_ms},
         samples_per_second=samples_per_second,
     )
+
+
+def test_sizes_tied_within_the_noise_recommend_the_smallest() -> None:
+    a = _result(4, 1000.0, 4.0)
+    b = _result(16, 1010.0, 16.0)
+    c = _result(1, 400.0, 2.5)
+    for r in (a, b, c):
+        r.cv, r.runs = 0.2, 10  # 20% spread over 10 runs: a 1% difference is noise
+    best, reason = best_batch_size([c, a, b])
+    assert best is a
+    assert "sizes 4, 16 are within measurement noise" in reason
+    assert "over the runner-up, batch size 16" in reason
+    b.cv = a.cv = 0.001  # a steady machine: 1% is real
+    best, reason = best_batch_size([c, a, b])
+    assert best is b and "+1.0% over the runner-up, batch size 4" in reason
 
 
 def test_the_best_batch_size_has_the_most_throughput_within_the_latency_budget() -> None:

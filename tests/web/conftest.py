@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import threading
 import time
@@ -151,6 +152,26 @@ def serve_in_thread(settings: Settings, metrics_dir: Path) -> Iterator[LiveServe
         server.should_exit = True
         thread.join(timeout=15)
         sock.close()
+
+
+@contextlib.contextmanager
+def module_server(root: Path, sqlite_template: Path) -> Iterator[LiveServer]:
+    """A server of its own under `root` (a copy of the migrated SQLite template, an empty
+    metrics directory, background sync on), for a module's tests to share."""
+    database = root / "platform.db"
+    shutil.copyfile(sqlite_template, database)
+    metrics_dir = root / "metrics"
+    metrics_dir.mkdir()
+    (root / "keys").mkdir()
+    settings = Settings(
+        DATABASE_URL=f"sqlite:///{database}",
+        PLATFORM_METRICS_DIR=metrics_dir,
+        PLATFORM_API_TOKEN=None,
+        PLATFORM_SSH_KEY_DIR=root / "keys",
+        PLATFORM_POLL_INTERVAL=0.25,
+    )
+    with serve_in_thread(settings, metrics_dir) as server:
+        yield server
 
 
 @pytest.fixture

@@ -20,11 +20,13 @@ from training_platform.api.deps import reject_unknown_query_params, require_toke
 from training_platform.api.errors import install_error_handlers
 from training_platform.api.routers import (
     artifacts,
+    compare,
     dashboard,
     jobs,
     live,
     monitoring,
     playback,
+    profile_report,
     samples,
 )
 from training_platform.api.security import install_security
@@ -78,9 +80,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dependencies=[Depends(require_token), Depends(reject_unknown_query_params)],
     )
     api.include_router(jobs.router)
+    api.include_router(compare.router)
     api.include_router(monitoring.router)
     api.include_router(samples.router)
     api.include_router(artifacts.router)
+    api.include_router(profile_report.router)
     app.include_router(api)
     # WebSockets check Origin and the token in their own handshake: the
     # router-wide require_token reads a Request, which a WebSocket is not.

@@ -91,6 +91,21 @@ class SyncStateOut(BaseModel):
     updated_at: float | None
 
 
+class RunOut(BaseModel):
+    """The run file's other fields, as the trainer wrote them (any JSON)."""
+
+    framework: Any = None
+    git: Any = None
+    host: Any = None
+    command: Any = None
+    started_at: float | None = None
+    config_dropped: Any = None
+    file_error: str | None = Field(
+        default=None, description="Why the newest version was refused; null: it was read."
+    )
+    file_refusals: int = Field(default=0, description="Versions refused so far.")
+
+
 class JobOut(BaseModel):
     job_id: str
     source: Literal["local", "ssh"]
@@ -125,6 +140,34 @@ class JobOut(BaseModel):
     last_synced_at: float | None
     last_sync_error: str | None
     sync: SyncStateOut | None
+    project: str | None = Field(default=None, description="From the run file.")
+    name: str | None = Field(
+        default=None, description="As set by PATCH, else the run file's; null: neither."
+    )
+    tags: list[str] = Field(
+        default_factory=list, description="As set by PATCH, else the run file's."
+    )
+    notes: str | None = Field(default=None, description="Free text set by PATCH.")
+    config: dict[str, Any] | None = Field(
+        default=None, description="The run file's config (secrets masked by the callback)."
+    )
+    run: RunOut | None = Field(
+        default=None, description="The rest of the run file; null: none read."
+    )
+
+
+Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^,]*$")]
+
+
+class JobPatch(BaseModel):
+    """What the platform keeps about a run besides its files; a field left out is
+    unchanged, null gives `name`/`tags` back to the run file and clears `notes`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=256)
+    tags: list[Tag] | None = Field(default=None, max_length=64)
+    notes: str | None = Field(default=None, max_length=65_536)
 
 
 class JobList(BaseModel):

@@ -7,7 +7,19 @@ no FastAPI, no SQLAlchemy. The Hugging Face and verl adapters live in
 
 from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
 from training_platform.callbacks.base import Callback, CallbackList, StepContributor, StopTraining
+from training_platform.callbacks.metrics import (
+    GRPOMetricsTracker,
+    MetricTracker,
+    ScoreDistributionTracker,
+    TrainingLogger,
+)
 from training_platform.callbacks.platform_callback import PlatformCallback
+from training_platform.callbacks.profilers import (
+    ComprehensiveProfiler,
+    GPUMemoryProfiler,
+    ThroughputTracker,
+    TrainingTimer,
+)
 from training_platform.callbacks.run import PlatformRun, platform_run
 
 __all__ = [
@@ -15,9 +27,17 @@ __all__ = [
     "AnomalyMonitor",
     "Callback",
     "CallbackList",
+    "ComprehensiveProfiler",
+    "GPUMemoryProfiler",
+    "GRPOMetricsTracker",
+    "MetricTracker",
     "PlatformCallback",
     "PlatformRun",
+    "ScoreDistributionTracker",
     "StepContributor",
     "StopTraining",
+    "ThroughputTracker",
+    "TrainingLogger",
+    "TrainingTimer",
     "platform_run",
 ]

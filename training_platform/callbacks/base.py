@@ -186,3 +186,9 @@ def call_safely(
     except Exception:
         report_failure(reported, obj, hook)
         return None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message"`` (just the type when the message is empty)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -12,6 +12,11 @@ import os
 from pathlib import Path
 
 
+def default_output_dir() -> Path:
+    """``$PLATFORM_METRICS_DIR``, else ``./platform_metrics`` (docs/contract.md §1)."""
+    return Path(os.environ.get("PLATFORM_METRICS_DIR") or "./platform_metrics")
+
+
 class LineFile:
     """An append-only JSONL file: lines gathered, then handed to the OS in one write."""
 

@@ -43,6 +43,7 @@ class DeviceMemory:
     reserved: int
     peak: int
     total: int | None = None
+    peak_reserved: int | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ def cuda_devices(cuda: Any, totals: dict[int, int]) -> tuple[tuple[DeviceMemory,
                 reserved=reserved,
                 peak=int(stats.get("allocated_bytes.all.peak", 0)),
                 total=totals[index],
+                peak_reserved=int(stats.get("reserved_bytes.all.peak", 0)),
             )
         )
     return tuple(devices), current

@@ -33,26 +33,24 @@ from training_platform.callbacks.base import (
     Metrics,
     StepContributor,
     StopTraining,
+    describe_exception,
     report_failure,
 )
 from training_platform.callbacks.exit_drain import live_callbacks
+from training_platform.callbacks.line_file import default_output_dir
 from training_platform.callbacks.record_writer import (
     FsyncPolicy,
     InlineSink,
     RecordWriter,
     ThreadSink,
 )
+from training_platform.callbacks.run_file import RUN_SUFFIX, RunInfo, clean_tags, write_run_file
 from training_platform.callbacks.sample_backlog import SampleBacklog
 from training_platform.callbacks.samples import DEFAULT_MAX_PER_STEP, Column, SampleLog
 from training_platform.callbacks.step_metrics import OpenStep, StepBuffer
 from training_platform.callbacks.wire import validate_job_id
 
 Severity = Literal["info", "warning", "critical"]
-
-
-def default_output_dir() -> Path:
-    """``$PLATFORM_METRICS_DIR``, else ``./platform_metrics`` (docs/contract.md §1)."""
-    return Path(os.environ.get("PLATFORM_METRICS_DIR") or "./platform_metrics")
 
 
 class PlatformCallback(Callback):
@@ -83,6 +81,7 @@ class PlatformCallback(Callback):
         max_samples_per_step: `log_samples` keeps at most this many per step
             (whole groups when groups are given).
         enabled: default: only on global rank 0 (``$RANK`` unset or ``0``).
+        project, name, tags, config: the run file, written at train begin (run_file.py).
         clock: time source for timestamps (tests inject one).
     """
 
@@ -105,12 +104,18 @@ class PlatformCallback(Callback):
         max_samples_per_step: int = DEFAULT_MAX_PER_STEP,
         enabled: bool | None = None,
         clock: Callable[[], float] = time.time,
+        project: str | None = None,
+        name: str | None = None,
+        tags: Sequence[str] | str | None = None,
+        config: Any = None,
     ) -> None:
         self.job_id = validate_job_id(job_id)
         self.output_dir = Path(output_dir) if output_dir is not None else default_output_dir()
         self.metrics_path = self.output_dir / f"{job_id}_metrics.jsonl"
         self.status_path = self.output_dir / f"{job_id}_status.json"
         self.samples_path = self.output_dir / f"{job_id}_samples.jsonl"
+        self.run_path = self.output_dir / f"{job_id}{RUN_SUFFIX}"
+        self.run_info = RunInfo(project, name, clean_tags(tags), config)  # adapters may fill it
         self._samples = SampleLog(max_samples_per_step)
         self._sample_backlog = SampleBacklog()  # samples never make training wait
         self.stop_on_anomaly = stop_on_anomaly
@@ -154,6 +159,8 @@ class PlatformCallback(Callback):
         if not self.enabled:
             return
         self._start()
+        if self.state == "pending":  # the run file once, before "running" shows
+            write_run_file(self.run_path, self.job_id, self.run_info, self._clock)
         self.state = "running"
         changes: dict[str, Any] = {"status": "running", "started_at": self._clock()}
         if total_steps is not None:
@@ -177,7 +184,7 @@ class PlatformCallback(Callback):
         self._commit()
         self._close_contributors()
         stopped = isinstance(exc, (StopTraining, KeyboardInterrupt))
-        self._finish("stopped" if stopped else "failed", _describe(exc))
+        self._finish("stopped" if stopped else "failed", describe_exception(exc))
 
     def on_epoch_begin(self, epoch: int) -> None:
         self._steps.epoch = epoch
@@ -274,10 +281,9 @@ class PlatformCallback(Callback):
     ) -> None:
         """Append `step`'s generated samples to ``{job_id}_samples.jsonl``, one line each.
 
-        Columns hold one item per sample (lists, tuples, numpy arrays, tensors);
-        `reward_components` is name -> column or one mapping per sample, `extra`
-        one mapping per sample. Unequal lengths raise `ValueError` here. Lines
-        are built and written by the metrics' writer (docs/trainer.md, Samples).
+        Columns hold one item per sample (lists, arrays, tensors); `reward_components`
+        is name -> column or one mapping per sample, `extra` one mapping per sample.
+        Unequal lengths raise `ValueError`. Written by the metrics' writer.
         """
         found = self._samples.command(
             step, prompts, completions, rewards, reward_components, groups,
@@ -412,8 +418,3 @@ class PlatformCallback(Callback):
             else:
                 self._finish("stopped", "the process exited before on_train_end")
         self._close()
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

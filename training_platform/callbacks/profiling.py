@@ -31,8 +31,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from training_platform.callbacks.line_file import default_output_dir
 from training_platform.callbacks.memory import MemoryMonitor, MemorySnapshot
-from training_platform.callbacks.platform_callback import default_output_dir
+from training_platform.callbacks.profile_summary import MemoryHistory, device_info
 from training_platform.callbacks.stage_timer import Stage, StageStats, StageTimer
 from training_platform.callbacks.stats import finite_or_none
 from training_platform.callbacks.torch_trace import TorchTraceRecorder, TraceSchedule
@@ -41,6 +42,10 @@ from training_platform.callbacks.wire import validate_job_id
 __all__ = ["StageTimer", "StepProfiler", "ThroughputMeter", "TraceSchedule", "profile_dir"]
 
 logger = logging.getLogger(__name__)
+
+SUMMARY_VERSION = 2
+"""`stage_times.json`'s shape: 2 added version, device, throughput, memory peak/mean/trend/leaks
+and overhead to version 1's (which had no "version" key)."""
 
 
 def profile_dir(output_dir: str | os.PathLike[str], job_id: str) -> Path:
@@ -86,6 +91,17 @@ class ThroughputMeter:
         samples = total_samples - first_samples
         tokens = total_tokens - first_tokens
         return (samples / elapsed if samples else None, tokens / elapsed if tokens else None)
+
+    def summary(self) -> dict[str, float | int | None]:
+        """Run-long totals and rates (work over all the steps' time)."""
+        seconds, samples, tokens = self._seconds, self._samples, self._tokens
+        return {
+            "seconds": seconds,
+            "samples": samples,
+            "tokens": tokens,
+            "samples_per_second": samples / seconds if samples and seconds > 0 else None,
+            "tokens_per_second": tokens / seconds if tokens and seconds > 0 else None,
+        }
 
 
 class StepProfiler:
@@ -141,6 +157,8 @@ class StepProfiler:
         self._clock = clock
         self._summary_interval = summary_interval_s
         self._step_time = StageStats(summary_window)
+        self._traced_step_time = StageStats(summary_window)  # steps under torch.profiler
+        self.memory_history = MemoryHistory()
         self._step_begin: float | None = None
         self._last_end: float | None = None
         self._samples = 0
@@ -162,7 +180,8 @@ class StepProfiler:
         """Record memory now as the baseline (call it once the model is loaded)."""
         if self.memory is None:
             return None
-        return self._run("memory", self.memory.mark_baseline)
+        snapshot: MemorySnapshot | None = self._run("memory", self.memory.mark_baseline)
+        return snapshot
 
     # -- the step contributor protocol ------------------------------------------------
 
@@ -194,6 +213,8 @@ class StepProfiler:
         if begin is not None:
             step_time = performance["step_time"] = now - begin
             self._step_time.add(step_time)
+            if self.tracer is not None and self.tracer.step_traced:
+                self._traced_step_time.add(step_time)
         if interval is not None:
             samples_rate, tokens_rate = self.throughput.record(
                 interval, self._samples, self._tokens
@@ -214,6 +235,7 @@ class StepProfiler:
                 memory_performance, memory_extra, anomalies = measured
                 performance.update(memory_performance)
                 extra.update(memory_extra)
+                self.memory_history.add(step, memory_extra, anomalies)
                 if anomalies:
                     result["anomalies"] = anomalies
         if self.tracer is not None:
@@ -233,18 +255,34 @@ class StepProfiler:
         """What `stage_times.json` holds (see docs/profiling.md)."""
         memory = self.memory
         return {
+            "version": SUMMARY_VERSION,
             "job_id": self.job_id,
             "updated_at": time.time(),
             "steps": self._steps,
             "percentile_window": self._step_time.recent.maxlen,
             "cuda_sync": self.timer.cuda_sync,
+            "device": device_info(),
             "step_time": self._step_time.summary() if self._step_time.count else None,
             "stages": self.timer.summary(),
+            "throughput": self.throughput.summary(),
             "memory": {
                 "baseline": memory.baseline.as_dict() if memory and memory.baseline else None,
                 "last": memory.last.as_dict() if memory and memory.last else None,
+                **(self.memory_history.summary() if memory else {}),
             },
             "traces": [path.name for path in self.tracer.written] if self.tracer else [],
+            "overhead": self._overhead(),
+        }
+
+    def _overhead(self) -> dict[str, Any]:
+        """What torch.profiler cost: traced steps against the others, and its exports."""
+        traced, steps = self._traced_step_time, self._step_time
+        others = steps.count - traced.count
+        return {
+            "traced_steps": traced.count,
+            "traced_step_mean": traced.total / traced.count if traced.count else None,
+            "other_step_mean": (steps.total - traced.total) / others if others > 0 else None,
+            "trace_export_seconds": self.tracer.export_seconds if self.tracer else 0.0,
         }
 
     def write_summary(self) -> Path | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,8 @@ class TorchTraceRecorder:
         self.profile_dir = Path(profile_dir)
         self.schedule = schedule
         self.written: list[Path] = []
+        self.step_traced = False  # the step under way runs under the profiler (warm-up or record)
+        self.export_seconds = 0.0  # time spent writing traces and tables (the profiler's cost)
         self._prof: Any = None
         self._cuda = False
         self._recorded_steps: list[int] = []
@@ -137,11 +140,13 @@ class TorchTraceRecorder:
         return self._state in ("idle", "running")
 
     def on_step_begin(self, step: int) -> None:
+        self.step_traced = False
         if self._state == "idle":
             self._guard(self._start)
         if self._state != "running":
             return
         action = getattr(self._prof.current_action, "name", "")
+        self.step_traced = action not in ("", "NONE")
         if action == "NONE" and self._profiler_enabled():
             self._give_way()  # in NONE state stop() has nothing to stop
             return
@@ -212,6 +217,7 @@ class TorchTraceRecorder:
     def _on_trace_ready(self, prof: Any) -> None:
         steps, self._recorded_steps = self._recorded_steps, []
         self._cycles_done += 1
+        started = time.perf_counter()
         try:
             self._export(prof, steps)
         except Exception:
@@ -224,6 +230,8 @@ class TorchTraceRecorder:
                     exc_info=True,
                 )
             self._export_failed = True
+        finally:
+            self.export_seconds += time.perf_counter() - started
 
     def _export(self, prof: Any, steps: list[int]) -> None:
         first = steps[0] if steps else self._cycles_done

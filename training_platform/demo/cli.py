@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -69,13 +69,46 @@ def demo_train(
         bool,
         typer.Option(
             "--profile/--no-profile",
-            help="Attach the profiling kit (memory, throughput, one torch.profiler trace).",
+            help="Time the stages through the profiling kit, with memory, throughput and one "
+            "torch.profiler trace window; then `training-platform profile-report` reads it.",
         ),
     ] = False,
+    epochs: Annotated[
+        int | None,
+        typer.Option(
+            "--epochs", min=1, help="Epochs to run (with --steps-per-epoch: replaces --steps)."
+        ),
+    ] = None,
+    steps_per_epoch: Annotated[
+        int | None, typer.Option("--steps-per-epoch", min=1, help="Steps in each epoch.")
+    ] = None,
+    trace_wait: Annotated[
+        int, typer.Option("--trace-wait", min=0, help="Steps before the trace window (--profile).")
+    ] = 10,
+    trace_warmup: Annotated[
+        int, typer.Option("--trace-warmup", min=0, help="Profiler warm-up steps, not recorded.")
+    ] = 1,
+    trace_active: Annotated[
+        int, typer.Option("--trace-active", min=1, help="Steps recorded in the trace window.")
+    ] = 2,
     stop_on_anomaly: Annotated[
         bool,
         typer.Option("--stop-on-anomaly", help="Stop the run at the first anomaly."),
     ] = False,
+    lr: Annotated[
+        float | None,
+        typer.Option("--lr", min=0.0, help="The policy's learning rate (default 2e-3)."),
+    ] = None,
+    project: Annotated[
+        str, typer.Option("--project", help="The run file's project (compare runs by it).")
+    ] = "demo",
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="The run's name in the dashboard (default: its lr)."),
+    ] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="A tag of the run; repeat for several.")
+    ] = None,
 ) -> None:
     """Run a small but real GRPO training on CPU and report it to the platform.
 
@@ -85,8 +118,8 @@ def demo_train(
     PlatformCallback. The fault flags make the detectors fire on real data.
     """
     # Before torch loads: its C++ layers read these once (profiler chatter off).
-    for name, value in QUIET_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
+    for variable, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(variable, value)
     directory = output_dir if output_dir is not None else default_output_dir()
     config = DemoConfig(
         steps=steps,
@@ -99,13 +132,25 @@ def demo_train(
         stall_seconds=stall_seconds,
         step_delay=step_delay,
         profile=profile,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        trace_wait=trace_wait,
+        trace_warmup=trace_warmup,
+        trace_active=trace_active,
+        grpo={} if lr is None else {"lr": lr},
     )
+    described: dict[str, Any] = {"project": project, "tags": tag or ["demo", "grpo"]}
+    if name is not None:
+        described["name"] = name
     # `kill` or a process-group SIGTERM (timeout, a job scheduler) would end
     # the process before the run could say so: stop it like Ctrl-C instead, so
     # the status file ends "stopped" rather than "running" forever.
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     typer.echo(f"demo-train: job {job_id!r} -> {directory}")
-    result = run_demo(job_id, directory, config, stop_on_anomaly=stop_on_anomaly)
+    result = run_demo(job_id, directory, config, stop_on_anomaly=stop_on_anomaly, **described)
     typer.echo(f"{result.status} after {result.steps_run} steps: {result.metrics_path}")
+    if profile:
+        profiles = result.metrics_path.parent / f"{job_id}_profiles"
+        typer.echo(f"profile: {profiles} (read it: training-platform profile-report {profiles})")
     if result.stop_reason:
         typer.echo(f"stopped: {result.stop_reason}")

@@ -18,6 +18,8 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +95,33 @@ class Rollout:
     """The reward functions, each in [0, 1]; `reward` is their mean."""
 
 
+StageFactory = Callable[[str], AbstractContextManager[Any]]
+"""``stage("rollout")``: a context manager timing one stage (the profiling kit's `stage`)."""
+
+
+class _OwnTimer:
+    """The stage timing the demo does without the profiling kit: seconds per stage."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - started
+
+
+def _top_level(times: dict[str, float]) -> dict[str, float]:
+    """The demo's own timing group: the five stages (backward and optimizer are in the update)."""
+    return {name: seconds for name, seconds in times.items() if name not in _NESTED}
+
+
+_NESTED = frozenset({"backward", "optimizer"})
+
+
 class GRPOTrainer:
     """Owns the task, the policy, its frozen reference and the optimizer."""
 
@@ -116,55 +145,75 @@ class GRPOTrainer:
         self._reference_table: torch.Tensor | None = None
         self.last_rollout: Rollout | None = None
 
-    def step(self, lr: float, inject_nan: bool = False) -> dict[str, Any]:
-        """One GRPO step; returns the groups of docs/contract.md §2 for the record."""
+    def step(
+        self, lr: float, inject_nan: bool = False, stage: StageFactory | None = None
+    ) -> dict[str, Any]:
+        """One GRPO step; returns the groups of docs/contract.md §2 for the record.
+
+        The stages (rollout, reward, ref, advantage, update_actor with its
+        backward and optimizer inside) are timed by `stage` when given (the
+        profiling kit's `StepProfiler.stage`, whose ``timing`` group then goes
+        into the record), else by the demo itself, into ``timing``.
+        """
         config = self.config
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        own = _OwnTimer() if stage is None else None
+        timed: StageFactory = own if own is not None else stage  # type: ignore[assignment]
         started = time.perf_counter()
 
-        table = self.policy()  # with grad: reused by the update below
-        with torch.no_grad():
-            prompts, tokens, mask = self._rollout(table.detach())
-        t_rollout = time.perf_counter()
+        with timed("rollout"):
+            table = self.policy()  # with grad: reused by the update below
+            with torch.no_grad():
+                prompts, tokens, mask = self._rollout(table.detach())
 
-        rewards, components = self._reward(prompts, tokens, mask)
-        t_reward = time.perf_counter()
+        with timed("reward"):
+            rewards, components = self._reward(prompts, tokens, mask)
 
-        previous = torch.cat([torch.full_like(tokens[:, :1], self.bos), tokens[:, :-1]], dim=1)
-        index = (self._state_index(prompts)[:, None] + self.position_offsets + previous).view(-1)
-        with torch.no_grad():
-            if self._reference_table is None:  # the reference is frozen: one forward
-                self._reference_table = self.reference().view(-1, config.vocab + 1)
-            ref_logp = self._reference_table.index_select(0, index).view(*tokens.shape, -1)
-        t_ref = time.perf_counter()
+        with timed("ref"):
+            previous = torch.cat([torch.full_like(tokens[:, :1], self.bos), tokens[:, :-1]], dim=1)
+            index = (self._state_index(prompts)[:, None] + self.position_offsets + previous).view(
+                -1
+            )
+            with torch.no_grad():
+                if self._reference_table is None:  # the reference is frozen: one forward
+                    self._reference_table = self.reference().view(-1, config.vocab + 1)
+                ref_logp = self._reference_table.index_select(0, index).view(*tokens.shape, -1)
 
-        grouped = rewards.view(-1, config.group_size)
-        spread = grouped.std(1, keepdim=True)
-        advantages = ((grouped - grouped.mean(1, keepdim=True)) / (spread + 1e-4)).reshape(-1, 1)
-        zero_std = (spread < 1e-6).float().mean().item()
-        t_adv = time.perf_counter()
+        with timed("advantage"):
+            grouped = rewards.view(-1, config.group_size)
+            spread = grouped.std(1, keepdim=True)
+            advantages = ((grouped - grouped.mean(1, keepdim=True)) / (spread + 1e-4)).reshape(
+                -1, 1
+            )
+            zero_std = (spread < 1e-6).float().mean().item()
 
-        logp_all = table.view(-1, config.vocab + 1).index_select(0, index).view(*tokens.shape, -1)
-        logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
-        ref_taken = ref_logp.gather(-1, tokens[..., None]).squeeze(-1)
-        ratio = torch.exp(logp - logp.detach())  # one on-policy update: ratio is 1, grad is not
-        delta = ref_taken - logp
-        k3 = torch.exp(delta) - delta - 1.0  # unbiased, always >= 0 KL estimator
-        per_token = -advantages * ratio + config.beta * k3
-        lengths = mask.sum(1).clamp(min=1)
-        self.last_rollout = Rollout(
-            prompts, tokens, lengths, (tokens == self.eos).any(1), rewards, components
-        )
-        loss = ((per_token * mask).sum(1) / lengths).mean()
-        if inject_nan:
-            loss = loss * math.nan  # a corrupt batch: the loss, then every gradient
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), config.max_grad_norm)
-        # Like AMP's GradScaler: a non-finite gradient skips the update, the run goes on.
-        if torch.isfinite(grad_norm):
-            self.optimizer.step()
+        with timed("update_actor"):
+            logp_all = table.view(-1, config.vocab + 1).index_select(0, index)
+            logp_all = logp_all.view(*tokens.shape, -1)
+            logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
+            ref_taken = ref_logp.gather(-1, tokens[..., None]).squeeze(-1)
+            ratio = torch.exp(logp - logp.detach())  # one on-policy update: ratio is 1, grad is not
+            delta = ref_taken - logp
+            k3 = torch.exp(delta) - delta - 1.0  # unbiased, always >= 0 KL estimator
+            per_token = -advantages * ratio + config.beta * k3
+            lengths = mask.sum(1).clamp(min=1)
+            self.last_rollout = Rollout(
+                prompts, tokens, lengths, (tokens == self.eos).any(1), rewards, components
+            )
+            loss = ((per_token * mask).sum(1) / lengths).mean()
+            if inject_nan:
+                loss = loss * math.nan  # a corrupt batch: the loss, then every gradient
+            self.optimizer.zero_grad(set_to_none=True)
+            with timed("backward"):
+                loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                self.policy.parameters(), config.max_grad_norm
+            )
+            # Like AMP's GradScaler: a non-finite gradient skips the update, the run goes on.
+            with timed("optimizer"):
+                if torch.isfinite(grad_norm):
+                    self.optimizer.step()
         t_update = time.perf_counter()
 
         with torch.no_grad():
@@ -199,13 +248,7 @@ class GRPOTrainer:
             "kl": {"mean": kl_mean, "max": kl_max},
             "gradient": {"actor_norm": g_norm},
             "performance": {"tokens_per_second": n_tokens / step_time, "step_time": step_time},
-            "timing": {
-                "rollout": t_rollout - started,
-                "reward": t_reward - t_rollout,
-                "ref": t_ref - t_reward,
-                "advantage": t_adv - t_ref,
-                "update_actor": t_update - t_adv,
-            },
+            **({"timing": _top_level(own.times)} if own is not None else {}),
             "extra": {
                 "actor/entropy": entropy,
                 "actor/kl_k3": k3_mean,
@@ -216,6 +259,12 @@ class GRPOTrainer:
                 "reward/frac_zero_std": zero_std,
             },
         }
+
+    @property
+    def tokens_last_step(self) -> int:
+        """Tokens generated in the last step (for the profiler's tokens/s)."""
+        rollout = self.last_rollout
+        return int(rollout.lengths.sum().item()) if rollout is not None else 0
 
     def _state_index(self, prompts: torch.Tensor) -> torch.Tensor:
         return prompts * (self.config.max_length * self.states_per_position)

@@ -28,12 +28,15 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training_platform.callbacks.base import Callback, Metrics, StopTraining
 from training_platform.callbacks.run import platform_run
+
+if TYPE_CHECKING:
+    from training_platform.callbacks.profiling import StepProfiler
 
 
 @dataclass
@@ -50,8 +53,19 @@ class DemoConfig:
     stall_seconds: float = 10.0
     step_delay: float = 0.0
     profile: bool = False
-    """Attach the profiling kit: memory and throughput per step, and one
-    torch.profiler trace (steps 11-12) under {job_id}_profiles/."""
+    """Time the stages through the profiling kit (rollout, reward, ref, advantage,
+    update_actor with its backward and optimizer), with memory (baseline after the
+    model is built), throughput, and one torch.profiler trace window under
+    {job_id}_profiles/ (`trace_wait`, `trace_warmup`, `trace_active`)."""
+    trace_wait: int = 10
+    """Steps before the trace window's warm-up (counted from the first step)."""
+    trace_warmup: int = 1
+    trace_active: int = 2
+    """Steps recorded in the trace (`step_N/trace.json`, N the first of them)."""
+    epochs: int | None = None
+    """With `steps_per_epoch`: run `epochs * steps_per_epoch` steps (instead of
+    `steps`), calling the epoch hooks at each boundary (the record's ``epoch``)."""
+    steps_per_epoch: int | None = None
     samples: bool = True
     """Log each step's generated samples to {job_id}_samples.jsonl."""
     torch_threads: int | None = 1
@@ -107,40 +121,64 @@ def run_demo(
     from training_platform.demo.samples import Vocabulary, rollout_samples
 
     config = config or DemoConfig()
+    total_steps = config.steps
+    if config.epochs is not None and config.steps_per_epoch is not None:
+        total_steps = config.epochs * config.steps_per_epoch
+    epochs_on = config.epochs is not None or config.steps_per_epoch is not None
+    per_epoch = config.steps_per_epoch or max(1, -(-total_steps // (config.epochs or 1)))
     grpo = GRPOConfig(**config.grpo)
+    # What the run file says (compared in the dashboard); a caller's choice wins.
+    platform_options.setdefault("project", "demo")
+    platform_options.setdefault("name", f"GRPO lr {grpo.lr:g}")
+    platform_options.setdefault("tags", ["demo", "grpo"])
+    platform_options.setdefault("config", {"grpo": grpo, "demo": replace(config, grpo={})})
     extra_callbacks = list(callbacks)
+    profiler: StepProfiler | None = None
     if config.stall_at is not None:
         extra_callbacks.append(StallWriter(config.stall_at, config.stall_seconds, stop_event))
     if config.profile:
         from training_platform.callbacks.profiling import StepProfiler
         from training_platform.callbacks.torch_trace import TraceSchedule
 
-        profiler = StepProfiler(
-            job_id, output_dir, trace=TraceSchedule(wait=10, warmup=1, active=2, repeat=1)
+        schedule = TraceSchedule(
+            wait=config.trace_wait, warmup=config.trace_warmup, active=config.trace_active, repeat=1
         )
+        profiler = StepProfiler(job_id, output_dir, trace=schedule)
         contributors = list(platform_options.pop("contributors", ()))
         platform_options["contributors"] = [*contributors, profiler]
     steps_run = 0
     with _torch_threads(torch, config.torch_threads):
         trainer = GRPOTrainer(grpo, config.seed)
         vocabulary = Vocabulary(grpo)
+        if profiler is not None:
+            profiler.mark_baseline()  # memory once the policy and its reference exist
+        stage = profiler.stage if profiler is not None else None
         with platform_run(
             job_id,
             output_dir,
-            total_steps=config.steps,
+            total_steps=total_steps,
             callbacks=extra_callbacks,
             **platform_options,
         ) as run:
-            for step in range(config.steps):
+            for step in range(total_steps):
                 if stop_event is not None and stop_event.is_set():
                     raise StopTraining("stopped by the caller")
+                if epochs_on and step % per_epoch == 0:
+                    run.callbacks.on_epoch_begin(step // per_epoch)
                 lr = grpo.lr * _lr_factor(config, step)
                 with run.step(step):
-                    metrics = trainer.step(lr, inject_nan=step == config.nan_at)
+                    metrics = trainer.step(lr, inject_nan=step == config.nan_at, stage=stage)
+                    if profiler is not None:
+                        profiler.add_batch(
+                            samples=grpo.batch_prompts * grpo.group_size,
+                            tokens=trainer.tokens_last_step,
+                        )
                     steps_run = step + 1
                     run.log(step, metrics)
                     if config.samples:
                         run.log_samples(step, **rollout_samples(trainer, vocabulary))
+                if epochs_on and (step + 1) % per_epoch == 0:
+                    run.callbacks.on_epoch_end(step // per_epoch)
                 if config.step_delay > 0 and stop_event is not None:
                     stop_event.wait(config.step_delay)
                 elif config.step_delay > 0:

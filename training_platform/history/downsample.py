@@ -19,13 +19,14 @@ are stored is `history/bucket_codec.py`; how they are answered as JSON,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final
 
 from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS, NONFINITE_VALUES
-from training_platform.history.bucket_codec import PackedBucket
+from training_platform.history.bucket_codec import PackedBucket, PackedRun
 
 # Per series and bucket: [min, max, sum, finite count, non-finite count];
 # min/max/sum are None while no finite value was seen.
@@ -206,11 +207,14 @@ class Bucket:
     last_step: int
     rows: int = 0
     stats: dict[str, Stats] = field(default_factory=dict)
+    first_timestamp: float | None = None  # the record's at `first_step` (None: none)
 
     @classmethod
-    def of_record(cls, step: int, values: Mapping[str, float | int]) -> Bucket:
+    def of_record(
+        cls, step: int, values: Mapping[str, float | int], timestamp: Any = None
+    ) -> Bucket:
         bucket = cls(step, step)
-        bucket.add(step, values)
+        bucket.add(step, values, timestamp)
         return bucket
 
     @classmethod
@@ -227,12 +231,16 @@ class Bucket:
         if columns is None:
             bucket = cls(pairs[0][0], pairs[0][0])
             for step, record in pairs:
-                bucket.add(step, series_values(record))
+                bucket.add(step, series_values(record), record.get("timestamp"))
             return bucket
         steps = [step for step, _ in pairs]
-        return cls(min(steps), max(steps), len(steps), stats_of_columns(columns))
+        first = min(pairs, key=itemgetter(0))[1].get("timestamp")
+        stats = stats_of_columns(columns)
+        return cls(min(steps), max(steps), len(steps), stats, finite_time(first))
 
-    def add(self, step: int, values: Mapping[str, float | int]) -> None:
+    def add(self, step: int, values: Mapping[str, float | int], timestamp: Any = None) -> None:
+        if step < self.first_step or (step == self.first_step and self.first_timestamp is None):
+            self.first_timestamp = finite_time(timestamp)
         self.first_step = min(self.first_step, step)
         self.last_step = max(self.last_step, step)
         self.rows += 1
@@ -240,13 +248,39 @@ class Bucket:
             add_value(self.stats, key, value)
 
     def merge(self, other: Bucket | PackedBucket) -> None:
+        first = other.first_step
+        if first < self.first_step or (first == self.first_step and self.first_timestamp is None):
+            self.first_timestamp = other.first_timestamp
         self.first_step = min(self.first_step, other.first_step)
         self.last_step = max(self.last_step, other.last_step)
         self.rows += other.rows
         merge_stats(self.stats, other.stats)
 
 
-Piece = Bucket | PackedBucket
+Piece = Bucket | PackedBucket | PackedRun  # a PackedRun: consecutive stored buckets
+
+
+def point_count(pieces: Sequence[Piece]) -> int:
+    """Buckets in `pieces`, each bucket of a run counted."""
+    return sum(len(piece) if isinstance(piece, PackedRun) else 1 for piece in pieces)
+
+
+def column_of(pieces: Sequence[Piece], name: str) -> list[Any]:
+    """Each bucket's `first_step`, `last_step` or `first_timestamp`, runs unrolled."""
+    out: list[Any] = []
+    for piece in pieces:
+        if isinstance(piece, PackedRun):
+            out += getattr(piece, name + "s")
+        else:
+            out.append(getattr(piece, name))
+    return out
+
+
+def finite_time(value: Any) -> float | None:
+    """A record's timestamp as a bucket keeps it: a finite number, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def bucket_width(start_step: int, end_step: int, max_points: int) -> int:
@@ -261,25 +295,41 @@ def coalesce(pieces: Iterable[Piece], start_step: int, width: int) -> list[Piece
     A piece goes to the bucket its first step falls in, so the result has at
     most ceil(span / width) buckets whatever the pieces were (rows, rollup
     nodes of any size), and empty buckets are simply absent. A piece alone in
-    its bucket is passed through as it is (the pieces are not reused).
+    its bucket is passed through as it is (the pieces are not reused); so is
+    a whole run of stored buckets (`PackedRun`) whose buckets each fall in a
+    bucket of their own, the common case, without an object per bucket.
     """
     out: list[Piece] = []
     current_index: int | None = None
     merged: Bucket | None = None  # out[-1] once it is a copy; None while it is a piece
     for piece in pieces:
-        index = (piece.first_step - start_step) // width
-        if index != current_index:
-            out.append(piece)
-            current_index = index
-            merged = None
-            continue
-        if merged is None:
-            # A second piece for this bucket: merge into a copy, not into the piece.
-            first = out[-1]
-            merged = Bucket(first.first_step, first.last_step)
-            merged.merge(first)
-            out[-1] = merged
-        merged.merge(piece)
+        parts: Sequence[Bucket | PackedBucket]
+        if isinstance(piece, PackedRun):
+            indices = [(first - start_step) // width for first in piece.first_steps]
+            # Stored in step order, so distinct indices are increasing ones.
+            if indices[0] != current_index and len(set(indices)) == len(indices):
+                out.append(piece)
+                current_index, merged = indices[-1], None
+                continue
+            parts = piece.split()
+        else:
+            parts = (piece,)
+        for part in parts:
+            index = (part.first_step - start_step) // width
+            if index != current_index:
+                out.append(part)
+                current_index, merged = index, None
+                continue
+            if merged is None:
+                # A second piece for this bucket: merge into a copy, not into the piece.
+                last = out.pop()
+                if isinstance(last, PackedRun):  # its last bucket shares this bucket
+                    *head, last = last.split()
+                    out += head
+                merged = Bucket(last.first_step, last.last_step)
+                merged.merge(last)
+                out.append(merged)
+            merged.merge(part)
     return out
 
 

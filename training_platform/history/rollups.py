@@ -34,15 +34,13 @@ from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire import FREE_GROUPS
 from training_platform.history.bucket_codec import (
-    PackedBucket,
-    decode_keys,
     decode_stats,
     encode_stats,
-    split_stats,
 )
 from training_platform.history.downsample import (
     Bucket,
     Stats,
+    finite_time,
     series_columns,
     series_values,
     stats_of_columns,
@@ -52,6 +50,7 @@ from training_platform.store.metric_rows import (
     COLUMN_SERIES,
     NONFINITE_POSITION,
     STEP_POSITION,
+    TIMESTAMP_POSITION,
     row_to_record,
 )
 from training_platform.store.models import MetricRollup, TrainingMetric
@@ -64,6 +63,7 @@ _BUCKET_COLUMNS: Final = (
     MetricRollup.last_step,
     MetricRollup.row_count,
     MetricRollup.stats,
+    MetricRollup.first_timestamp,
 )
 
 FANOUT: Final = 4
@@ -158,6 +158,8 @@ def _bucket_of_rows(rows: Sequence[Sequence[Any]], records: Sequence[Mapping[str
     """
     columns = list(zip(*rows, strict=True))
     steps = columns[STEP_POSITION]
+    first = min(range(len(steps)), key=steps.__getitem__)
+    first_timestamp = finite_time(columns[TIMESTAMP_POSITION][first])
     free = series_columns(records, FREE_GROUPS)
     if free is None or any(columns[NONFINITE_POSITION]):
         return Bucket.of_records(zip(steps, records, strict=True))
@@ -171,7 +173,7 @@ def _bucket_of_rows(rows: Sequence[Sequence[Any]], records: Sequence[Mapping[str
         # Normalised records hold only int/float here, all finite (no marks).
         stats[key] = [min(values), max(values), sum(values), len(values), 0]
     stats.update(stats_of_columns(free))
-    return Bucket(min(steps), max(steps), len(steps), stats)
+    return Bucket(min(steps), max(steps), len(steps), stats, first_timestamp)
 
 
 def _buckets_from_rows(
@@ -187,7 +189,7 @@ def _buckets_from_rows(
                 if current is not None:
                     yield current
                 current = (index, Bucket(step, step))
-            current[1].add(step, series_values(record))
+            current[1].add(step, series_values(record), record.get("timestamp"))
         if current is not None:
             yield current
 
@@ -239,15 +241,14 @@ def _stored_buckets(
                 MetricRollup.bucket.in_(indexes[start : start + _IN_CHUNK]),
             )
         )
-        for index, first, last, count, stats in rows:
-            yield index, _bucket(first, last, count, stats)
+        for index, first, last, count, stats, first_timestamp in rows:
+            yield index, Bucket(first, last, count, decode_stats(stats), first_timestamp)
 
 
-def _bucket(first: int, last: int, count: int, stats: bytes) -> Bucket:
-    return Bucket(first, last, count, decode_stats(stats))
-
-
-_COLUMNS: Final = ("job_id", "level", "bucket", "first_step", "last_step", "row_count", "stats")
+_COLUMNS: Final = (
+    "job_id", "level", "bucket", "first_step", "last_step", "row_count", "stats",
+    "first_timestamp",
+)  # fmt: skip
 
 
 def _upsert(session: Session, job_id: str, changed: dict[int, dict[int, Bucket]]) -> None:
@@ -260,6 +261,7 @@ def _upsert(session: Session, job_id: str, changed: dict[int, dict[int, Bucket]]
             bucket.last_step,
             bucket.rows,
             encode_stats(bucket.stats),
+            bucket.first_timestamp,
         )
         for level, buckets in changed.items()
         for index, bucket in buckets.items()
@@ -321,7 +323,7 @@ def rebuild_rollups(session: Session, *, job_id: str) -> int:
             current = None
         if current is None:
             current = open_buckets[0] = (index, Bucket(step, step))
-        current[1].add(step, series_values(record))
+        current[1].add(step, series_values(record), record.get("timestamp"))
         count += 1
         if sum(len(buckets) for buckets in pending.values()) >= _IN_CHUNK:
             _upsert(session, job_id, pending)
@@ -348,39 +350,6 @@ def _rows(session: Session, job_id: str, lo: int, hi: int | None) -> Iterator[di
             return
         after = rows[-1].step
         session.expunge_all()  # keep the identity map from growing with the run
-
-
-def read_buckets(
-    session: Session, job_id: str, level: int, first: int, last: int
-) -> Iterator[PackedBucket]:
-    """Stored level-`level` buckets `first`..`last` in step order (for queries), still packed.
-
-    Buckets with the same series header share one `keys` list (decoded once),
-    so `buckets_to_json` can slice runs of them as one array.
-    """
-    headers: dict[bytes, list[str]] = {}
-    after = first - 1
-    while True:
-        rows = session.execute(
-            select(*_BUCKET_COLUMNS)
-            .where(
-                MetricRollup.job_id == job_id,
-                MetricRollup.level == level,
-                MetricRollup.bucket > after,
-                MetricRollup.bucket <= last,
-            )
-            .order_by(MetricRollup.bucket)
-            .limit(_PAGE)
-        ).all()
-        for _index, first_step, last_step, count, stats in rows:
-            header, payload = split_stats(stats)
-            keys = headers.get(header)
-            if keys is None:
-                keys = headers[header] = decode_keys(header)
-            yield PackedBucket(first_step, last_step, count, keys, payload)
-        if len(rows) < _PAGE:
-            return
-        after = rows[-1][0]
 
 
 def raw_rows(session: Session, job_id: str, lo: int, hi: int) -> Iterator[dict[str, Any]]:

@@ -12,45 +12,47 @@ step, index)` and the next page starts strictly after it. Sorts:
   No index holds these two: the database reads the filtered rows after the
   cursor and keeps the top `limit` (a top-N sort, not a full one).
 
-"desc" reverses the whole key (value, step and index). The cursor is
-checksummed and names its sort and order, so an edited cursor, or one given
-with another sort or order, is refused (`InvalidParameterError`): the
-checksum guards against mistakes, not forgery, and a forged cursor can only
-name a position any filter could name anyway.
+"desc" reverses the whole key (value, step and index). The cursor:
+`samples_cursor.py`. The text search `q`: `samples_search.py` (trigram
+indexes; in step order, the next rows are tried without the index first).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import math
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-import orjson
 from sqlalchemy import ColumnElement, Select, and_, case, func, literal, or_, select
 from sqlalchemy.orm import Session
 
-from training_platform.callbacks.wire import MAX_STEP
-from training_platform.callbacks.wire_samples import MAX_INDEX
-from training_platform.errors import InvalidParameterError
+from training_platform.history.samples_cursor import (
+    MAX_CURSOR_CHARS,
+    SampleSort,
+    SortKey,
+    SortOrder,
+    decode_cursor,
+    encode_cursor,
+)
+from training_platform.history.samples_search import (
+    exact_match,
+    index_plans,
+    indexed_match,
+    use_index,
+)
 from training_platform.store.models import Sample, SamplePrompt
 
-SampleSort = Literal["step", "reward", "length"]
-SortOrder = Literal["asc", "desc"]
-SORTS: Final = ("step", "reward", "length")
-ORDERS: Final = ("asc", "desc")
-# The sort key of a row: (sort value, step, index); the value is None for "step".
-SortKey = tuple[float | int | None, int, int]
+__all__ = [
+    "MAX_CURSOR_CHARS",
+    "SampleFilter",
+    "SamplePage",
+    "SampleSort",
+    "SortOrder",
+    "sample_page",
+    "step_summaries",
+]
 
 # What "sort by length" and the answer's `length` use.
 LENGTH: Final = func.coalesce(Sample.response_length, Sample.completion_chars)
-_CURSOR_VERSION: Final = 1
-_CURSOR_KEY: Final = b"training_platform samples cursor"
-_CHECK_BYTES: Final = 8
-MAX_CURSOR_CHARS: Final = 512
 
 
 @dataclass(frozen=True)
@@ -72,66 +74,6 @@ class SampleFilter:
 class SamplePage:
     samples: list[dict[str, Any]]
     next_cursor: str | None  # None: nothing after this page
-
-
-# --- the cursor -------------------------------------------------------------------------
-
-
-def _check(payload: bytes) -> bytes:
-    return hmac.digest(_CURSOR_KEY, payload, hashlib.sha256)[:_CHECK_BYTES]
-
-
-def encode_cursor(sort: SampleSort, order: SortOrder, key: SortKey) -> str:
-    payload = orjson.dumps([_CURSOR_VERSION, sort, order, *key])
-    return _b64(payload + _check(payload))
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, sort: SampleSort, order: SortOrder) -> SortKey:
-    """The key a cursor carries; `InvalidParameterError` for anything but one of ours."""
-    bad = InvalidParameterError("cursor: not a cursor from this endpoint (malformed or edited)")
-    if len(cursor) > MAX_CURSOR_CHARS:
-        raise bad
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise bad from exc
-    payload, check = raw[:-_CHECK_BYTES], raw[-_CHECK_BYTES:]
-    # The canonical spelling only: base64 decoding ignores stray padding bits.
-    canonical = _b64(raw) == cursor
-    if not canonical or len(raw) <= _CHECK_BYTES or not hmac.compare_digest(check, _check(payload)):
-        raise bad
-    try:
-        version, cursor_sort, cursor_order, value, step, index = orjson.loads(payload)
-    except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
-        raise bad from exc
-    if version != _CURSOR_VERSION:
-        raise bad
-    if (cursor_sort, cursor_order) != (sort, order):
-        raise InvalidParameterError(
-            f"cursor: it continues sort={cursor_sort} order={cursor_order}, "
-            f"not sort={sort} order={order}"
-        )
-    if not (_integer(step, MAX_STEP) and _integer(index, MAX_INDEX) and _value_fits(sort, value)):
-        raise bad
-    return (float(value) if sort == "reward" and value is not None else value), step, index
-
-
-def _integer(value: Any, upper: int) -> bool:
-    return type(value) is int and 0 <= value <= upper
-
-
-def _value_fits(sort: SampleSort, value: Any) -> bool:
-    if sort == "step":
-        return value is None
-    if sort == "length":
-        return _integer(value, 2**63 - 1)
-    return value is None or (
-        type(value) in (int, float) and math.isfinite(value)  # a finite reward, or none
-    )
 
 
 # --- pages ------------------------------------------------------------------------------
@@ -223,8 +165,10 @@ def _filtered(
     where: SampleFilter,
     order: SortOrder = "asc",
     position: tuple[int, int] | None = None,
+    dialect: str | None = None,
 ) -> Select[Any]:
-    """`where`, and with `position` (the step sort's keyset) only rows after it."""
+    """`where`, and with `position` (the step sort's keyset) only rows after it; `q`
+    through the trigram indexes of `dialect`'s shape, else as a scan."""
     query = query.where(Sample.job_id == job_id, *_step_clauses(where, order, position))
     if where.group is not None:
         query = query.where(Sample.group_key == where.group)
@@ -241,12 +185,8 @@ def _filtered(
     if where.finish_reason is not None:
         query = query.where(Sample.finish_reason == where.finish_reason)
     if where.q is not None:
-        # ILIKE on PostgreSQL, lower() LIKE lower() elsewhere; % _ and / escaped.
         query = query.where(
-            or_(
-                SamplePrompt.text.icontains(where.q, autoescape=True),
-                Sample.completion.icontains(where.q, autoescape=True),
-            )
+            exact_match(where.q) if dialect is None else indexed_match(dialect, job_id, where.q)
         )
     return query
 
@@ -284,21 +224,30 @@ def sample_page(
 
     Two statements: the page (LIMIT `limit`), and, only when the page is full,
     whether any row lies after its last one (an EXISTS of LIMIT 1), so the
-    last page says so (`next_cursor` None) without fetching a row more.
+    last page says so (`next_cursor` None) without fetching a row more. With
+    `q`, first one that says whether the trigram index serves it (`use_index`).
     """
     key = None if cursor is None else decode_cursor(cursor, sort, order)
-    query = _keyset(select(*_COLUMNS).select_from(_JOINED), job_id, where, sort, order, key)
-    rows = session.execute(query.order_by(*_order_by(sort, order, where)).limit(limit)).all()
+    # The index's shape for `q` (the dialect), or None: the scan (samples_search.py).
+    dialect: str | None = session.get_bind().dialect.name
+    if where.q is None or not use_index(session, job_id, where.q):
+        dialect = None
+    query = _keyset(
+        select(*_COLUMNS).select_from(_JOINED), job_id, where, sort, order, key, dialect
+    )
+    with index_plans(session, dialect):
+        rows = session.execute(query.order_by(*_order_by(sort, order, where)).limit(limit)).all()
+        if len(rows) < limit:
+            return SamplePage([_sample(row) for row in rows], None)
+        last = rows[-1]
+        key = (_key_value(sort, last), last.step, last.sample_index)
+        source = _JOINED if where.q is not None else Sample.__table__
+        more = _keyset(
+            select(literal(1)).select_from(source), job_id, where, sort, order, key, dialect
+        )
+        ended = session.execute(more.limit(1)).first() is None
     samples = [_sample(row) for row in rows]
-    if len(rows) < limit:
-        return SamplePage(samples, None)
-    last = rows[-1]
-    key = (_key_value(sort, last), last.step, last.sample_index)
-    source = _JOINED if where.q is not None else Sample.__table__
-    more = _keyset(select(literal(1)).select_from(source), job_id, where, sort, order, key)
-    if session.execute(more.limit(1)).first() is None:
-        return SamplePage(samples, None)
-    return SamplePage(samples, encode_cursor(sort, order, key))
+    return SamplePage(samples, None if ended else encode_cursor(sort, order, key))
 
 
 def _keyset(
@@ -308,13 +257,14 @@ def _keyset(
     sort: SampleSort,
     order: SortOrder,
     key: SortKey | None,
+    dialect: str | None,
 ) -> Select[Any]:
     """`where`, and only the rows after `key` (None: from the first)."""
     if key is None:
-        return _filtered(query, job_id, where)
+        return _filtered(query, job_id, where, dialect=dialect)
     if sort == "step":
-        return _filtered(query, job_id, where, order, (key[1], key[2]))
-    return _filtered(query, job_id, where).where(_after(sort, order, key))
+        return _filtered(query, job_id, where, order, (key[1], key[2]), dialect)
+    return _filtered(query, job_id, where, dialect=dialect).where(_after(sort, order, key))
 
 
 def _key_value(sort: SampleSort, row: Any) -> float | int | None:

@@ -13,7 +13,7 @@ from operator import truediv
 from typing import Any
 
 from training_platform.callbacks.wire import nonfinite_name
-from training_platform.history.bucket_codec import PackedBucket, unpack_floats
+from training_platform.history.bucket_codec import PackedBucket, PackedRun, unpack_floats
 from training_platform.history.downsample import (
     FINITE,
     MAX,
@@ -21,6 +21,8 @@ from training_platform.history.downsample import (
     NONFINITE,
     SUM,
     Piece,
+    column_of,
+    point_count,
     series_values,
 )
 
@@ -62,13 +64,13 @@ def buckets_to_json(
         key: {"min": [], "max": [], "mean": [], "nonfinite": []} for key in keys
     }
     for run_keys, run in runs:
-        if isinstance(run[0], PackedBucket):
+        if isinstance(run[0], (PackedBucket, PackedRun)):
             _packed_columns(run_keys, run, keys, series)  # type: ignore[arg-type]
         else:
             _entry_columns(run, keys, series)
     return {
-        "steps": [b.first_step for b in buckets],
-        "last_steps": [b.last_step for b in buckets],
+        "steps": column_of(buckets, "first_step"),
+        "last_steps": column_of(buckets, "last_step"),
         "series": series,
     }
 
@@ -78,7 +80,7 @@ def _runs_of(buckets: Sequence[Piece]) -> Iterator[tuple[Sequence[str], list[Pie
     run: list[Piece] = []
     run_keys: list[str] | None = None  # the shared keys of a packed run; None: other buckets
     for bucket in buckets:
-        keys = bucket.keys if isinstance(bucket, PackedBucket) else None
+        keys = bucket.keys if isinstance(bucket, (PackedBucket, PackedRun)) else None
         if run and keys is not run_keys:
             yield _run_keys(run_keys, run), run
             run = []
@@ -92,8 +94,8 @@ def _run_keys(keys: list[str] | None, run: list[Piece]) -> Sequence[str]:
     if keys is not None:
         return keys
     present: set[str] = set()
-    for bucket in run:
-        present.update(bucket.stats)
+    for bucket in run:  # not packed: `Bucket`s (a packed run has its keys)
+        present.update(bucket.stats)  # type: ignore[union-attr]
     return list(present)
 
 
@@ -101,7 +103,7 @@ def _entry_columns(
     run: list[Piece], keys: list[str], series: dict[str, dict[str, list[Any]]]
 ) -> None:
     """Append the run's buckets to the columns, one stats entry at a time."""
-    stats = [b.stats for b in run]
+    stats = [b.stats for b in run]  # type: ignore[union-attr]  # `Bucket`s: see _run_keys
     for key in keys:
         # min/max/sum stay None in an entry without finite values (see add_value).
         entries = [s.get(key) for s in stats]
@@ -114,7 +116,7 @@ def _entry_columns(
 
 def _packed_columns(
     run_keys: list[str],
-    run: list[PackedBucket],
+    run: list[PackedBucket | PackedRun],
     keys: list[str],
     series: dict[str, dict[str, list[Any]]],
 ) -> None:
@@ -125,7 +127,7 @@ def _packed_columns(
     as does the mean; counts become ints.
     """
     flat = unpack_floats(b"".join([b.payload for b in run]))
-    count = len(run)
+    count = point_count(run)
     stride = 5 * len(run_keys)
     position = {key: i for i, key in enumerate(run_keys)}
     for key in keys:

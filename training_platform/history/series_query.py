@@ -15,23 +15,26 @@ Rows are always read in pages; nothing here holds a run in memory.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterator
 from typing import Any, Final
 
 import orjson
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from training_platform.history.bucket_reads import read_buckets
 from training_platform.history.downsample import (
     Bucket,
     Piece,
     bucket_width,
     coalesce,
+    column_of,
     cover,
+    finite_time,
+    point_count,
     series_values,
 )
-from training_platform.history.rollups import WIDTHS, raw_rows, read_buckets, rolled_up_through
+from training_platform.history.rollups import WIDTHS, raw_rows, rolled_up_through
 from training_platform.history.series_json import buckets_to_json, values_to_json
 from training_platform.store.models import TrainingMetric
 
@@ -67,7 +70,7 @@ def downsampled_history(
     # Counted up to the larger of the two limits: a count stopped at
     # RAW_BUCKETING_ROWS + 1 is no answer to "more than max_points?" when
     # max_points is larger (issue 12: a 300k-step run came back whole).
-    rows = _count_up_to(session, job_id, lo, hi, max(RAW_BUCKETING_ROWS, max_points) + 1)
+    rows = count_up_to(session, job_id, lo, hi, max(RAW_BUCKETING_ROWS, max_points) + 1)
     if rows <= max_points:
         steps, timestamps, flat = _exact_values(session, job_id, lo, hi)
         exact = {
@@ -95,9 +98,10 @@ def downsampled_history(
         **body,
         "downsampled": True,
         "bucket_steps": width,
-        "count": len(buckets),
+        "count": point_count(buckets),
         **columns,
-        "timestamps": _timestamps_at(session, job_id, columns["steps"]),
+        # Each bucket knows the time of its first record (metric_rollups.first_timestamp).
+        "timestamps": column_of(buckets, "first_timestamp"),
     }
     return bounded(summary, omitted, max_bytes)
 
@@ -115,7 +119,7 @@ def _exact_values(
     flat: list[dict[str, float | int]] = []
     for record in raw_rows(session, job_id, lo, hi):
         steps.append(record["step"])
-        timestamps.append(_finite_or_none(record.get("timestamp")))
+        timestamps.append(finite_time(record.get("timestamp")))
         flat.append(series_values(record))
     return steps, timestamps, flat
 
@@ -189,7 +193,7 @@ def _stored_bounds(
     return first, last
 
 
-def _count_up_to(session: Session, job_id: str, lo: int, hi: int, cap: int) -> int:
+def count_up_to(session: Session, job_id: str, lo: int, hi: int, cap: int) -> int:
     """Rows in [lo, hi], counted only up to `cap` (reads at most `cap` index entries).
 
     The ORDER BY matters: without it PostgreSQL may pick a bitmap scan, which
@@ -207,7 +211,7 @@ def _count_up_to(session: Session, job_id: str, lo: int, hi: int, cap: int) -> i
 
 def _row_pieces(session: Session, job_id: str, lo: int, hi: int) -> Iterator[Piece]:
     for record in raw_rows(session, job_id, lo, hi):
-        yield Bucket.of_record(record["step"], series_values(record))
+        yield Bucket.of_record(record["step"], series_values(record), record.get("timestamp"))
 
 
 def _rollup_pieces(session: Session, job_id: str, lo: int, hi: int, width: int) -> Iterator[Piece]:
@@ -218,39 +222,3 @@ def _rollup_pieces(session: Session, job_id: str, lo: int, hi: int, width: int) 
             yield from _row_pieces(session, job_id, span.lo, span.hi)
         else:
             yield from read_buckets(session, job_id, span.level, span.first, span.last)
-
-
-# The steps travel as one JSON array parameter, unpacked by the database
-# (SQLite's json_each, PostgreSQL's jsonb_array_elements_text): one statement
-# whatever the number of points, where an IN list needs one bound parameter
-# per step, a re-rendered statement per size and several round trips.
-_STEPS_AT = {
-    "sqlite": "SELECT step, timestamp FROM training_metrics WHERE job_id = :job_id "
-    "AND step IN (SELECT value FROM json_each(:steps))",
-    "postgresql": "SELECT step, timestamp FROM training_metrics WHERE job_id = :job_id "
-    "AND step = ANY(ARRAY(SELECT jsonb_array_elements_text(CAST(:steps AS jsonb))::bigint))",
-}
-
-
-def _timestamps_at(session: Session, job_id: str, steps: list[int]) -> list[float | None]:
-    """The record timestamp at each step (None where no row, or not finite).
-
-    For the dashboard's wall-clock axis: a bucket's point sits at its first
-    step, so its time is that row's. Point look-ups on the primary key.
-    """
-    if not steps:
-        return []
-    dialect = session.get_bind().dialect.name
-    found: dict[int, float | None] = {}
-    rows = session.execute(
-        text(_STEPS_AT[dialect]), {"job_id": job_id, "steps": orjson.dumps(steps).decode()}
-    )
-    for step, timestamp in rows:
-        found[step] = _finite_or_none(timestamp)
-    return [found.get(step) for step in steps]
-
-
-def _finite_or_none(value: object) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None

@@ -100,7 +100,7 @@ class PollRule:
                 continue
             rollouts = local_rollout_dir(job.job_id, directory, job.rollout_dir, listing)
             signature = file_signature(
-                directory, job.job_id, self._service.line_suffixes, listing, rollouts
+                directory, job.job_id, self._service.watched_suffixes, listing, rollouts
             )
             flips = stall is not None and stall.verdict_flips(job.job_id, status)
             if flips or not self._service.is_unchanged(job.job_id, signature):

@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 METRICS_SUFFIX: Final = "_metrics.jsonl"
 STATUS_SUFFIX: Final = "_status.json"
 STATUS_MAX_BYTES: Final = 1 << 20
+UNREAD: Final = object()  # `MetricsReader.run_file_seen` before the first read
 
 __all__ = [
     "LocalMetricsReader",
@@ -108,6 +109,8 @@ class MetricsReader(ABC):
             raise ValueError("max_line_bytes and max_bytes must be >= 1")
         self.max_line_bytes = max_line_bytes
         self.max_bytes = max_bytes
+        # The run file's signature when ingest/run_file.py last read it (UNREAD: never).
+        self.run_file_seen: object = UNREAD
 
     def read_metrics_incremental(
         self, position: ReadPosition | int = 0, *, max_bytes: int | None = None
@@ -165,7 +168,7 @@ class MetricsReader(ABC):
 
     def read_status(self) -> dict[str, Any] | None:
         """The parsed status file; None when absent or unparsable (logged)."""
-        data = self._read_status_bytes(STATUS_MAX_BYTES + 1)
+        data = self.read_small_file(STATUS_SUFFIX, STATUS_MAX_BYTES + 1)
         if data is None:
             return None
         if len(data) > STATUS_MAX_BYTES:
@@ -200,8 +203,17 @@ class MetricsReader(ABC):
         """
 
     @abstractmethod
-    def _read_status_bytes(self, limit: int) -> bytes | None:
-        """Up to `limit` bytes of the status file, None when it does not exist."""
+    def read_small_file(self, suffix: str, limit: int) -> bytes | None:
+        """Up to `limit` bytes of the job's `suffix` file (status, run file), read
+        whole; None when it does not exist or cannot be read (logged)."""
+
+    @abstractmethod
+    def file_signature(self, suffix: str) -> tuple[int, ...] | None:
+        """Size, mtime and inode of the job's `suffix` file; None when it does not exist."""
+
+    @abstractmethod
+    def location(self, suffix: str) -> str:
+        """Where the job's `suffix` file is, for messages."""
 
     def __enter__(self) -> Self:
         return self
@@ -305,13 +317,14 @@ class LocalMetricsReader(MetricsReader):
         finally:
             os.close(fd)
 
-    def _read_status_bytes(self, limit: int) -> bytes | None:
+    def read_small_file(self, suffix: str, limit: int) -> bytes | None:
+        path = self.directory / f"{self.job_id}{suffix}"
         try:
-            fd, _ = _open_regular(self.status_path, follow_symlinks=self.follow_symlinks)
+            fd, _ = _open_regular(path, follow_symlinks=self.follow_symlinks)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            logger.warning("cannot read status file %s: %s", self.status_path, exc)
+            logger.warning("cannot read %s: %s", path, exc)
             return None
         try:
             return _pread(fd, 0, limit)
@@ -320,6 +333,17 @@ class LocalMetricsReader(MetricsReader):
 
     def metrics_file_exists(self) -> bool:
         return self.metrics_path.is_file()
+
+    def file_signature(self, suffix: str) -> tuple[int, ...] | None:
+        path = self.directory / f"{self.job_id}{suffix}"
+        try:
+            info = os.stat(path) if self.follow_symlinks else os.lstat(path)
+        except OSError:
+            return None
+        return (info.st_size, info.st_mtime_ns, info.st_ino)
+
+    def location(self, suffix: str) -> str:
+        return str(self.directory / f"{self.job_id}{suffix}")
 
     @property
     def status_location(self) -> str:

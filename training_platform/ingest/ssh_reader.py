@@ -90,13 +90,14 @@ class SSHMetricsReader(MetricsReader):
         if not stat.S_ISREG(mode):
             raise NotRegularFileError(f"{where} is not a regular file")
 
-    def _read_status_bytes(self, limit: int) -> bytes | None:
-        where = self.status_location
+    def read_small_file(self, suffix: str, limit: int) -> bytes | None:
+        path = posixpath.join(self.remote_dir, f"{self.job_id}{suffix}")
+        where = self.location(suffix)
 
         def read(sftp: paramiko.SFTPClient) -> bytes | None:
             try:
-                self._check_remote_type(sftp, self.status_path, where)
-                with sftp.open(self.status_path, "rb") as file:
+                self._check_remote_type(sftp, path, where)
+                with sftp.open(path, "rb") as file:
                     data: bytes = file.read(limit)
                     return data
             except (FileNotFoundError, PermissionError):
@@ -105,8 +106,24 @@ class SSHMetricsReader(MetricsReader):
         try:
             return self.connection.run(read)
         except NotRegularFileError as exc:  # as for a local one: ignored, logged
-            logger.warning("cannot read status file %s: %s", where, exc)
+            logger.warning("cannot read %s: %s", where, exc)
             return None
+
+    def file_signature(self, suffix: str) -> tuple[int, ...] | None:
+        path = posixpath.join(self.remote_dir, f"{self.job_id}{suffix}")
+
+        def check(sftp: paramiko.SFTPClient) -> tuple[int, ...] | None:
+            try:
+                info = sftp.stat(path) if self.follow_symlinks else sftp.lstat(path)
+            except (FileNotFoundError, PermissionError):
+                return None
+            # SFTP gives mtime in whole seconds: the size tells most rewrites apart.
+            return (info.st_size or 0, info.st_mtime or 0, 0)
+
+        return self.connection.run(check)
+
+    def location(self, suffix: str) -> str:
+        return f"{self.target.address}:{posixpath.join(self.remote_dir, self.job_id + suffix)}"
 
     def metrics_file_exists(self) -> bool:
         def check(sftp: paramiko.SFTPClient) -> bool:

@@ -40,6 +40,7 @@ from training_platform.ingest.readers import MetricsReader
 from training_platform.ingest.registry import discover_jobs, make_reader, rollout_source
 from training_platform.ingest.rollout_files import local_rollout_dir
 from training_platform.ingest.rollouts import FILE_BATCHES, RolloutResult, sync_rollouts
+from training_platform.ingest.run_file import RUN_SUFFIX, sync_run_file
 from training_platform.ingest.stall import StallWatch
 from training_platform.ingest.status_file import sync_status
 from training_platform.settings import Settings
@@ -82,7 +83,8 @@ class SyncService:
         # The job's line files besides its metrics file (ingest/file_kinds.py).
         self.line_kinds = tuple(line_kinds)
         # Every file of a job whose change is worth a sync, status file aside.
-        self.line_suffixes = (METRICS.suffix, *(kind.suffix for kind in self.line_kinds))
+        kinds = (METRICS, *self.line_kinds)
+        self.watched_suffixes = (*(kind.suffix for kind in kinds), RUN_SUFFIX)
         # Marks running jobs gone silent as stalled (None: never, e.g. `sync` once).
         self.stall = stall
         self._readers: dict[str, MetricsReader] = {}
@@ -230,7 +232,8 @@ class SyncService:
         signature = None
         if job.source == "local" and job.metrics_dir:
             directory = local_rollout_dir(job_id, job.metrics_dir, job.rollout_dir)
-            signature = file_signature(job.metrics_dir, job_id, self.line_suffixes, None, directory)
+            suffixes = self.watched_suffixes
+            signature = file_signature(job.metrics_dir, job_id, suffixes, None, directory)
         settled = True  # nothing left that the signature would not notice
         try:
             result = self._sync_file(job_id, reader, METRICS, position, deadline=deadline)
@@ -248,6 +251,7 @@ class SyncService:
                 # steps). The sync that reaches the end reads it.
                 return JobSyncOutcome(result, status_changed=False)
             job, status_changed = sync_status(self._factory, job, reader, self.stall)
+            sync_run_file(self._factory, job_id, reader, force=status_changed)  # before it's told
             if status_changed and job.status in TERMINAL_STATUSES:
                 # A trainer writes its last lines before its final status; a
                 # line appended between our two reads would otherwise be

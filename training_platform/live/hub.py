@@ -236,7 +236,7 @@ class LiveHub:
 
     async def _watch(self, directories: frozenset[str], stop: asyncio.Event) -> None:
         metrics_dir = self._metrics_dir()
-        suffixes = (*self.service.line_suffixes, STATUS_SUFFIX)
+        suffixes = (*self.service.watched_suffixes, STATUS_SUFFIX)
         try:
             async for changes in awatch(
                 *sorted(directories),

@@ -7,6 +7,7 @@ transaction.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -21,12 +22,15 @@ from training_platform.store.models import (
     Anomaly,
     DeletedJob,
     Job,
+    JobTag,
     MetricRollup,
+    RunFile,
     Sample,
     SamplePrompt,
     SyncState,
     TrainingMetric,
 )
+from training_platform.store.run_meta import run_filters
 
 Health = Literal["ok", "warning", "critical"]
 
@@ -42,6 +46,7 @@ class JobSummary:
     sync: SyncState | None
     critical_count: int = 0
     warning_count: int = 0
+    run: RunFile | None = None  # what its run file said (docs/contract.md, run metadata)
 
     @property
     def health(self) -> Health:
@@ -93,6 +98,25 @@ def summarize_jobs(
     return summaries
 
 
+def label_jobs(session: Session, job_ids: Sequence[str]) -> dict[str, JobSummary]:
+    """The jobs with their run file and health, without the per-job metric figures
+    (`metrics_count` 0, `latest_step` None): what a comparison labels its runs
+    with. Counting a 1M-step run's rows costs more than the whole comparison."""
+    anomalies = _anomaly_counts(list(job_ids)).subquery()
+    query = (
+        select(Job, RunFile, anomalies.c.n, anomalies.c.critical, anomalies.c.warning)
+        .outerjoin(RunFile, RunFile.job_id == Job.job_id)
+        .outerjoin(anomalies, anomalies.c.job_id == Job.job_id)
+        .where(Job.job_id.in_(list(job_ids)))
+    )
+    return {
+        job.job_id: JobSummary(
+            job, 0, None, n or 0, None, int(critical or 0), int(warning or 0), run
+        )
+        for job, run, n, critical, warning in session.execute(query)
+    }
+
+
 JobOrder = Literal["created", "updated"]
 # Newest first; the job id breaks ties, so pages never overlap or skip a job.
 ORDERS: Final[dict[str, tuple[Any, ...]]] = {
@@ -108,6 +132,10 @@ def page_jobs(
     offset: int = 0,
     health: Health | None = None,
     order: JobOrder = "created",
+    statuses: Sequence[str] = (),
+    project: str | None = None,
+    tags: Sequence[str] = (),
+    query: str | None = None,
 ) -> tuple[list[JobSummary], int]:
     """One page of the jobs list and the number of jobs in the whole list.
 
@@ -116,7 +144,9 @@ def page_jobs(
     the summaries of just that page: the per-job metric figures are grouped
     over the page's jobs, not over every row of every run.
     """
-    ids = select(Job.job_id)
+    ids = select(Job.job_id).where(*run_filters(project=project, tags=tags, query=query))
+    if statuses:
+        ids = ids.where(Job.status.in_(list(statuses)))
     if health is not None:
         anomalies = _anomaly_counts().subquery()
         ids = ids.outerjoin(anomalies, anomalies.c.job_id == Job.job_id).where(
@@ -188,18 +218,22 @@ def _summaries(
             anomalies.c.critical,
             anomalies.c.warning,
             SyncState,
+            RunFile,
         )
         .outerjoin(grouped, grouped.c.job_id == Job.job_id)
         .outerjoin(anomalies, anomalies.c.job_id == Job.job_id)
         # The metrics file's counters: what the jobs list shows as the job's sync.
         .outerjoin(SyncState, (SyncState.job_id == Job.job_id) & (SyncState.kind == "metrics"))
+        .outerjoin(RunFile, RunFile.job_id == Job.job_id)
         .order_by(*order)
     )
     if job_ids is not None:
         query = query.where(Job.job_id.in_(job_ids))
     return [
-        JobSummary(job, n or 0, latest, n_anomalies or 0, sync, int(critical or 0), int(warn or 0))
-        for job, n, latest, n_anomalies, critical, warn, sync in session.execute(query)
+        JobSummary(
+            job, n or 0, latest, n_anomalies or 0, sync, int(critical or 0), int(warn or 0), run
+        )
+        for job, n, latest, n_anomalies, critical, warn, sync, run in session.execute(query)
     ]
 
 
@@ -215,7 +249,8 @@ def delete_job(session: Session, job_id: str) -> None:
     alone: SQLite enforces foreign keys only on connections that ask for it.
     """
     get_job(session, job_id)
-    for table in (Anomaly, MetricRollup, TrainingMetric, Sample, SamplePrompt, SyncState):
+    tables = (Anomaly, MetricRollup, TrainingMetric, Sample, SamplePrompt, SyncState)
+    for table in (*tables, RunFile, JobTag):
         session.execute(
             delete(table).where(table.job_id == job_id).execution_options(synchronize_session=False)
         )

@@ -173,6 +173,7 @@ def record_to_params(
 
 # What rollups read straight from the rows `record_to_params` builds.
 STEP_POSITION: Final = _POSITION["step"]
+TIMESTAMP_POSITION: Final = _POSITION["timestamp"]
 NONFINITE_POSITION: Final = _POSITION["nonfinite"]
 # ("group.field" series key, position in ROW_KEYS) of every numeric column.
 COLUMN_SERIES: Final = tuple(

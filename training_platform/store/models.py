@@ -70,6 +70,51 @@ class Job(Base):
     created_at: Mapped[float] = mapped_column(Float)
     last_synced_at: Mapped[float | None] = mapped_column(Float)
     last_sync_error: Mapped[str | None] = mapped_column(Text)
+    # Set from the dashboard (PATCH /api/jobs/{job_id}); None: the run file's says.
+    name: Mapped[str | None] = mapped_column(String(256))
+    tags: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))
+    notes: Mapped[str | None] = mapped_column(Text)
+
+
+class RunFile(Base):
+    """What `{job_id}_run.json` said last (docs/contract.md, run metadata).
+
+    Kept apart from `jobs`: the config may be large and most reads of a job
+    (status, sync) never need it.
+    """
+
+    __tablename__ = "run_files"
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    digest: Mapped[str | None] = mapped_column(String(64))  # sha256 of the last good file
+    project: Mapped[str | None] = mapped_column(String(256), index=True)
+    name: Mapped[str | None] = mapped_column(String(256))
+    tags: Mapped[list[str] | None] = mapped_column(JSON)
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # framework, git, host, command, started_at, config_dropped: shown as they are.
+    about: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    file_error: Mapped[str | None] = mapped_column(Text)  # why the last version was refused
+    file_refusals: Mapped[int] = mapped_column(Integer, default=0)
+    read_at: Mapped[float] = mapped_column(Float)
+
+
+class JobTag(Base):
+    """One tag of a job, from its run file (`origin` "run") or set by PATCH ("user"):
+    what `?tag=` filters on. The shown ones are the user's when `jobs.tags` is
+    set, else the run's. Each writer keeps to its own origin, so a sync and a
+    PATCH never overwrite each other's rows.
+    """
+
+    __tablename__ = "job_tags"
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    origin: Mapped[str] = mapped_column(String(8), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True)
+    __table_args__ = (Index("ix_job_tags_tag", "tag"),)
 
 
 class TrainingMetric(Base):
@@ -236,3 +281,6 @@ class MetricRollup(Base):
     row_count: Mapped[int] = mapped_column(BigInteger)
     # Per series [min, max, sum, finite count, non-finite count]: see encode_stats.
     stats: Mapped[bytes] = mapped_column(LargeBinary)
+    # The timestamp of the record at `first_step` (None: it had none), so a
+    # downsampled answer's `timestamps` need no look-up per point.
+    first_timestamp: Mapped[float | None] = mapped_column(Float)

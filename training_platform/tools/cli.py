@@ -10,11 +10,11 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-DEFAULT_MODEL_SIZES = ["0.5B", "1.5B", "7B", "13B", "70B"]
+DEFAULT_MODEL_SIZES = ["0.5B", "1.5B", "7B", "13B", "70B"]  # kept for callers; see below
 
 
 class DType(enum.StrEnum):
@@ -23,24 +23,14 @@ class DType(enum.StrEnum):
     bfloat16 = "bfloat16"
 
 
-def _int_list(text: str, option: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r}: comma-separated integers", param_hint=option) from None
-    if not values or min(values) < 1:
-        raise typer.BadParameter(f"{text!r}: integers >= 1", param_hint=option)
-    return values
-
-
 def gpu_check(
     model_size: Annotated[
         list[str] | None,
         typer.Option(
             "--model-size",
             "-m",
-            help="Model size to estimate (7B, 350M, 1.2T); repeat for several. "
-            f"Default: {', '.join(DEFAULT_MODEL_SIZES)}.",
+            help="Model to estimate: a size (7B, 350M, 1.2T) or a name (DeepSeek-Math-7B, "
+            "Qwen2.5-7B, Llama-3-70B, ...); repeat for several. Default: every named model.",
         ),
     ] = None,
     memory_gib: Annotated[
@@ -65,42 +55,74 @@ def gpu_check(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the report as JSON instead of a table.")
     ] = False,
+    device: Annotated[
+        int | None, typer.Option("--device", min=0, help="Only this CUDA device (index).")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Also write the report as JSON to this file.")
+    ] = None,
+    skip_throughput: Annotated[
+        bool, typer.Option("--skip-throughput", help="Skip the matmul/bandwidth benchmark.")
+    ] = False,
+    dtype: Annotated[
+        DType | None,
+        typer.Option(
+            help="Benchmark dtype. Default: bfloat16 (float16 on older GPUs); CPU float32."
+        ),
+    ] = None,
 ) -> None:
-    """Show the GPUs (name, memory, compute capability) and which model sizes fit.
+    """Show the GPUs, their memory in use now, a short benchmark, and which models fit.
 
     Estimates inference at fp32/fp16/bf16/int8, full fine-tuning with Adam in
     mixed precision, LoRA and QLoRA, each as parameters x bytes per parameter
-    x (1 + overhead); see docs/profiling.md for the formulas.
+    x (1 + overhead); see docs/profiling.md for the formulas. Without a GPU
+    the benchmark measures the CPU and says so.
     """
     from training_platform.tools.gpu_check import gpu_check_report, render_text
+    from training_platform.tools.model_catalog import DEFAULT_MODELS
 
     try:
         report = gpu_check_report(
-            model_size or DEFAULT_MODEL_SIZES,
+            model_size or DEFAULT_MODELS,
             memory_gib=memory_gib,
             overhead=overhead,
             lora_fraction=lora_fraction,
+            device=device,
+            benchmark=not skip_throughput,
+            dtype=dtype.value if dtype else None,
         )
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--model-size") from None
+        hint = "--device" if str(exc).startswith("device") else "--model-size"
+        raise typer.BadParameter(str(exc), param_hint=hint) from None
+    if output is not None:
+        from training_platform.callbacks.metrics import write_json_atomic
+
+        write_json_atomic(output, report)
     typer.echo(json.dumps(report, indent=2) if json_output else render_text(report))
 
 
 def profile_inference(
     model: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--model",
             help="'module:factory' returning a torch.nn.Module, or 'tiny' (built-in transformer).",
         ),
-    ] = "tiny",
+    ] = None,
     batch_sizes: Annotated[
-        str, typer.Option("--batch-sizes", "-b", help="Comma-separated batch sizes to sweep.")
-    ] = "1,2,4,8,16,32",
-    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs per batch size.")] = 3,
-    runs: Annotated[int, typer.Option(min=1, help="Timed runs per batch size.")] = 10,
-    device: Annotated[str, typer.Option(help="'auto', 'cpu', 'cuda' or 'cuda:N'.")] = "auto",
-    dtype: Annotated[DType, typer.Option(help="Weights dtype.")] = DType.float32,
+        str | None,
+        typer.Option("--batch-sizes", "-b", help="Comma-separated batch sizes to sweep."),
+    ] = None,
+    warmup: Annotated[int | None, typer.Option(min=0, help="Untimed runs per batch size.")] = None,
+    runs: Annotated[
+        int | None, typer.Option(min=1, help="Timed runs per batch size (at least).")
+    ] = None,
+    min_time_s: Annotated[
+        float | None,
+        typer.Option(min=0.0, help="Keep timing a batch size until this many seconds (default 0)."),
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="'auto', 'cpu', 'cuda' or 'cuda:N'.")] = None,
+    dtype: Annotated[DType | None, typer.Option(help="Weights dtype.")] = None,
     inputs: Annotated[
         str | None,
         typer.Option(
@@ -121,43 +143,95 @@ def profile_inference(
         typer.Option(min=0.0, help="Best batch size must keep p95 latency within this."),
     ] = None,
     output_dir: Annotated[
-        Path, typer.Option("--output-dir", "-o", help="Where results, plots and trace go.")
-    ] = Path("inference_profile"),
+        Path | None,
+        typer.Option("--output-dir", "-o", help="Where results go (default inference_profile)."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="YAML or TOML file of these settings; flags win over it."),
+    ] = None,
+    hf_model: Annotated[
+        str | None,
+        typer.Option(help="Hugging Face sequence classifier: a local directory or cached name."),
+    ] = None,
+    dataset: Annotated[
+        Path | None, typer.Option(help="Labelled CSV to run (needs --hf-model).")
+    ] = None,
+    text_column: Annotated[str | None, typer.Option(help="CSV text column (text).")] = None,
+    label_column: Annotated[str | None, typer.Option(help="CSV label column (label).")] = None,
+    label_map: Annotated[
+        Path | None, typer.Option(help="JSON file mapping each CSV label to a label id.")
+    ] = None,
+    max_length: Annotated[
+        int | None, typer.Option(min=1, help="Tokens per text at most (128).")
+    ] = None,
     trace: Annotated[
-        bool, typer.Option(help="Write a Chrome trace of one batch at the best size.")
+        bool,
+        typer.Option(
+            "--trace/--no-trace",
+            " /--skip-profiling",
+            help="Profile one batch at the best size (trace, stacks, operator tables).",
+        ),
     ] = True,
-    plots: Annotated[bool, typer.Option(help="Draw latency/throughput/memory PNGs.")] = True,
+    plots: Annotated[
+        bool,
+        typer.Option("--plots/--no-plots", " /--skip-viz", help="Draw the PNG plots."),
+    ] = True,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Sweep batch sizes of a torch model: latency, throughput, peak memory, best batch size.
+    """Sweep batch sizes of a torch model: latency, throughput, memory, best batch size.
 
-    Writes results.csv, results.json, latency.png, throughput.png, memory.png,
-    report.txt and trace.json to --output-dir, then prints the report.
+    Writes results.csv, results.json, report.txt, plots and torch.profiler
+    outputs to --output-dir, then prints the report (docs/profiling.md).
     """
-    sizes = _int_list(batch_sizes, "--batch-sizes")
-    shape = _int_list(input_shape, "--input-shape") if input_shape else None
+    from training_platform.tools.inference_config import int_list, load_config
+
+    try:
+        file = load_config(config) if config is not None else {}
+        if label_map is not None:
+            file["label_map"] = json.loads(label_map.read_text(encoding="utf-8"))
+
+        def pick(flag: object, key: str, default: object) -> Any:
+            return flag if flag is not None else file.get(key, default)
+
+        shape = pick(input_shape, "input_shape", None)
+        dataset_path = pick(dataset, "dataset", None)
+        options = {
+            "batch_sizes": int_list(
+                pick(batch_sizes, "batch_sizes", "1,2,4,8,16,32"), "batch sizes"
+            ),
+            "input_shape": int_list(shape, "--input-shape") if shape else None,
+            "warmup": int(pick(warmup, "warmup", 3)),
+            "runs": int(pick(runs, "runs", 10)),
+            "min_time_s": float(pick(min_time_s, "min_time_s", 0.0)),
+            "device": str(pick(device, "device", "auto")),
+            "dtype": str(pick(dtype.value if dtype else None, "dtype", "float32")),
+            "inputs": pick(inputs, "inputs", None),
+            "accuracy": pick(accuracy, "accuracy", None),
+            "max_latency_ms": pick(max_latency_ms, "max_latency_ms", None),
+            "hf_model": pick(hf_model, "hf_model", None),
+            "dataset": Path(dataset_path) if dataset_path else None,
+            "text_column": str(pick(text_column, "text_column", "text")),
+            "label_column": str(pick(label_column, "label_column", "label")),
+            "label_map": file.get("label_map"),
+            "max_length": int(pick(max_length, "max_length", 128)),
+            "trace": trace and not file.get("skip_profiling", False),
+            "plots": plots and not file.get("skip_viz", False),
+        }
+        if options["dtype"] not in DType.__members__:
+            raise ValueError(f"dtype {options['dtype']!r}: one of {', '.join(DType.__members__)}")
+    except (ValueError, OSError) as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    out = Path(pick(output_dir, "output_dir", "inference_profile"))
     from training_platform.tools.profile_inference import run_profile
 
     try:
-        payload = run_profile(
-            model,
-            output_dir,
-            batch_sizes=sizes,
-            warmup=warmup,
-            runs=runs,
-            device=device,
-            dtype=dtype.value,
-            inputs=inputs,
-            input_shape=shape,
-            accuracy=accuracy,
-            max_latency_ms=max_latency_ms,
-            trace=trace,
-            plots=plots,
-            progress=progress,
-        )
+        payload = run_profile(str(pick(model, "model", "tiny")), out, progress=progress, **options)
     except (ValueError, TypeError, ImportError, AttributeError) as exc:
-        # A bad module:factory, inputs that do not fit the model, no GPU for --device cuda.
+        # A bad module:factory or model path, inputs that do not fit the model,
+        # a CSV without its columns, no GPU for --device cuda.
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(Path(payload["files"]["report"]).read_text(encoding="utf-8"), nl=False)
-    typer.echo(f"Results in {output_dir}")
+    typer.echo(f"Results in {out}")

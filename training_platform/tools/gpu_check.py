@@ -14,6 +14,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from training_platform.tools import model_catalog
+
 GIB = float(1 << 30)
 
 # Bytes per parameter that every mode keeps resident.
@@ -47,6 +49,20 @@ _LABELS = {
 }
 _SUFFIXES = {"": 1e9, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+
+
+def resolve_model(text: str) -> tuple[str, float]:
+    """(name shown, parameters) of a named model (`model_catalog`) or a size (``7B``)."""
+    named = model_catalog.lookup(text)
+    if named is not None:
+        return named
+    try:
+        return text, parse_model_size(text)
+    except ValueError:
+        known = ", ".join(model_catalog.NAMED_MODELS)
+        raise ValueError(
+            f"model size {text!r}: give a size (7B, 350M) or a name: {known}"
+        ) from None
 
 
 def parse_model_size(text: str) -> float:
@@ -154,17 +170,32 @@ def gpu_check_report(
     memory_gib: float | None = None,
     overhead: float = 0.2,
     lora_fraction: float = 0.01,
+    device: int | None = None,
+    benchmark: bool = False,
+    dtype: str | None = None,
+    min_time_s: float = 0.25,
 ) -> dict[str, Any]:
-    """Inventory, estimates and verdicts as one JSON-able dict (what ``--json`` prints).
+    """Inventory, memory now, benchmark, estimates and verdicts as one JSON-able dict.
 
-    The memory checked is `memory_gib` when given, else the smallest GPU's total
-    memory (a model must fit on each device it is replicated to), else host
-    RAM on a machine without a GPU.
+    `device` restricts the report to one CUDA device (a `ValueError` when
+    there is no such device). The memory checked is `memory_gib` when given,
+    else the smallest GPU's total memory (a model must fit on each device it
+    is replicated to), else host RAM on a machine without a GPU. The
+    benchmark runs on `device`, else the first GPU, else the CPU, in `dtype`
+    (default bfloat16 on a GPU that has it, float16 on one that does not,
+    float32 on the CPU).
     """
     if overhead < 0 or not 0 <= lora_fraction <= 1:
         raise ValueError("overhead must be >= 0 and lora_fraction within [0, 1]")
+    models = [resolve_model(text) for text in model_sizes]
     devices, note = cuda_inventory()
+    if device is not None:
+        if device < 0 or device >= len(devices):
+            have = f"{len(devices)} GPU(s)" if devices else f"no GPU ({note})"
+            raise ValueError(f"device {device} does not exist: this machine has {have}")
+        devices = [d for d in devices if d["index"] == device]
     host = host_info()
+    measured = _measure(devices, benchmark=benchmark, dtype=dtype, min_time_s=min_time_s)
     if memory_gib is not None:
         checked, source = memory_gib, "given"
     elif devices:
@@ -174,10 +205,10 @@ def gpu_check_report(
         checked, source = host["memory_gib"], "host RAM, no GPU"
     estimates = [
         asdict(row)
-        for size in model_sizes
+        for name, params in models
         for row in estimate(
-            size,
-            parse_model_size(size),
+            name,
+            params,
             overhead=overhead,
             lora_fraction=lora_fraction,
             memory_gib=checked,
@@ -195,7 +226,31 @@ def gpu_check_report(
             mode: f"params * {formula} * (1 + overhead)" for mode, formula in MODES.items()
         },
         "estimates": estimates,
+        **measured,
+        "seed_differences": model_catalog.SEED_DIFFERENCES,
     }
+
+
+def _measure(
+    devices: list[dict[str, Any]], *, benchmark: bool, dtype: str | None, min_time_s: float
+) -> dict[str, Any]:
+    """Memory in use now on each device (or the host), and the optional benchmark."""
+    try:
+        import torch
+
+        from training_platform.tools import gpu_benchmark
+    except ImportError:
+        return {"memory_now": [], "benchmark": None, "benchmark_note": "torch is not installed"}
+    targets = [torch.device("cuda", d["index"]) for d in devices] or [torch.device("cpu")]
+    out: dict[str, Any] = {"memory_now": [gpu_benchmark.memory_now(t) for t in targets]}
+    if not benchmark:
+        return {**out, "benchmark": None, "benchmark_note": "skipped (--skip-throughput)"}
+    chosen = targets[0]
+    if dtype is None:
+        bf16 = chosen.type == "cuda" and bool(devices[0]["bf16"])
+        dtype = ("bfloat16" if bf16 else "float16") if chosen.type == "cuda" else "float32"
+    result = gpu_benchmark.run_benchmark(chosen, dtype, min_time_s=min_time_s)
+    return {**out, "benchmark": result, "benchmark_note": None}
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -212,6 +267,7 @@ def render_text(report: dict[str, Any]) -> str:
     host = report["host"]
     ram = f"{host['memory_gib']:.1f} GiB RAM" if host["memory_gib"] else "RAM unknown"
     lines += [f"Host: {host['cpu']}, {host['logical_cores']} logical cores, {ram}", ""]
+    lines += _render_measured(report)
     checked = report["memory_checked_gib"]
     against = f"{checked:.1f} GiB ({report['memory_source']})" if checked else "nothing"
     lines.append(
@@ -234,4 +290,40 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
     lines += ["", "✓ fits, ✗ does not fit. Formulas (params x bytes x (1 + overhead)):"]
     lines += [f"  {mode}: {formula}" for mode, formula in MODES.items()]
+    lines += ["", f"Against the seed table: {report['seed_differences']}"]
     return "\n".join(lines)
+
+
+def _gib(value: float | None) -> str:
+    return f"{value:.2f} GiB" if value is not None else "?"
+
+
+def _render_measured(report: dict[str, Any]) -> list[str]:
+    lines = ["Memory now"]
+    for mem in report["memory_now"]:
+        if mem["device"] == "cpu":
+            lines.append(
+                f"  host: {_gib(mem['free_gib'])} available of {_gib(mem['total_gib'])}; "
+                f"this process: {_gib(mem['process_rss_gib'])} RSS"
+            )
+        else:
+            lines.append(
+                f"  {mem['device']}: {_gib(mem['free_gib'])} free of {_gib(mem['total_gib'])}; "
+                f"this process: {_gib(mem['allocated_by_this_process_gib'])} allocated, "
+                f"{_gib(mem['reserved_by_this_process_gib'])} reserved"
+            )
+    bench = report["benchmark"]
+    if bench is None:
+        lines.append(f"Throughput benchmark: {report['benchmark_note']}")
+    else:
+        mm, bw = bench["matmul"], bench["bandwidth"]
+        lines.append(f"Throughput benchmark on {bench['measured']}:")
+        lines.append(
+            f"  matmul {mm['size']}x{mm['size']} {mm['dtype']}: {mm['tflops']:.3f} TFLOP/s "
+            f"(median of {mm['repetitions']}, best {mm['best_tflops']:.3f})"
+        )
+        lines.append(
+            f"  memory bandwidth (copy of {bw['buffer_mib']} MiB): {bw['gb_per_s']:.1f} GB/s "
+            f"(median of {bw['repetitions']})"
+        )
+    return [*lines, ""]

@@ -1,5 +1,9 @@
 """Outputs of `profile-inference`: results.csv, results.json, PNG plots, report.txt.
 
+report.txt, results.json and results.csv are the baseline's
+``baseline_summary_report.txt``, ``baseline_metrics.json`` and
+``detailed_metrics.csv``.
+
 matplotlib is imported only when plots are drawn, with the Agg backend (no
 display needed, safe in CI and on headless GPU nodes).
 """
@@ -16,31 +20,37 @@ from typing import Any
 from training_platform.callbacks.stats import finite_or_none
 from training_platform.tools.inference_sweep import BatchResult
 
+_STATS = ("mean", "std", "p50", "p95")
+_FIELDS = (
+    "runs",
+    "outliers",
+    "cv",
+    "total_time_s",
+    "samples_per_second",
+    "batches_per_second",
+    "tokens_per_second",
+    "peak_memory_mib",
+    "cpu_rss_mib",
+    "gpu_allocated_mib",
+    "gpu_peak_mib",
+    "accuracy",
+)
 CSV_COLUMNS = (
     "batch_size",
     "status",
-    "latency_mean_ms",
-    "latency_p50_ms",
-    "latency_p95_ms",
-    "per_sample_mean_ms",
-    "per_sample_p50_ms",
-    "per_sample_p95_ms",
-    "samples_per_second",
-    "tokens_per_second",
-    "peak_memory_mib",
-    "accuracy",
+    *(f"latency_{stat}_ms" for stat in _STATS),
+    *(f"per_sample_{stat}_ms" for stat in _STATS),
+    *_FIELDS,
 )
 
 
 def _row(result: BatchResult) -> dict[str, Any]:
     row: dict[str, Any] = {"batch_size": result.batch_size, "status": result.status}
-    for stat in ("mean", "p50", "p95"):
+    for stat in _STATS:
         row[f"latency_{stat}_ms"] = result.latency_ms.get(stat)
         row[f"per_sample_{stat}_ms"] = result.per_sample_ms.get(stat)
-    row["samples_per_second"] = result.samples_per_second
-    row["tokens_per_second"] = result.tokens_per_second
-    row["peak_memory_mib"] = result.peak_memory_mib
-    row["accuracy"] = result.accuracy
+    for name in _FIELDS:
+        row[name] = getattr(result, name)
     return row
 
 
@@ -122,26 +132,43 @@ def render_report(
     reason: str,
     memory_source: str,
     settings: dict[str, Any],
+    model_info: dict[str, Any] | None = None,
 ) -> str:
-    """report.txt: settings, one line per batch size, and the recommendation."""
+    """report.txt: settings, the model, one line per batch size, noise, the recommendation."""
     lines = [f"Inference profile of {title}", ""]
     lines += [f"  {key}: {value}" for key, value in settings.items()]
+    if model_info:
+        lines.append(
+            f"  model: {model_info['parameters']:,.0f} parameters, {model_info['size_mb']:.2f} MB"
+        )
     lines += ["", f"peak memory: {memory_source}", ""]
     header = (
-        f"{'batch':>6} {'p50 ms':>9} {'p95 ms':>9} {'ms/sample':>10} "
-        f"{'samples/s':>11} {'tokens/s':>11} {'peak MiB':>9} {'accuracy':>9}"
+        f"{'batch':>6} {'runs':>5} {'mean ms':>9} {'std ms':>8} {'p50 ms':>9} {'p95 ms':>9} "
+        f"{'ms/sample':>10} {'samples/s':>11} {'batches/s':>10} {'tokens/s':>11} "
+        f"{'total s':>8} {'RSS MiB':>8} {'GPU MiB':>8} {'GPU peak':>9} {'accuracy':>9}"
     )
     lines.append(header)
     for r in results:
         if r.status != "ok":
             lines.append(f"{r.batch_size:>6} {r.status}: {r.error}")
             continue
+        lat = r.latency_ms
         lines.append(
-            f"{r.batch_size:>6} {r.latency_ms['p50']:>9.3f} {r.latency_ms['p95']:>9.3f} "
-            f"{r.per_sample_ms['mean']:>10.4f} {_num(r.samples_per_second, 11, 1)} "
-            f"{_num(r.tokens_per_second, 11, 0)} {_num(r.peak_memory_mib, 9, 1)} "
-            f"{_num(r.accuracy, 9, 4)}"
+            f"{r.batch_size:>6} {r.runs:>5} {lat['mean']:>9.3f} {lat['std']:>8.3f} "
+            f"{lat['p50']:>9.3f} {lat['p95']:>9.3f} {r.per_sample_ms['mean']:>10.4f} "
+            f"{_num(r.samples_per_second, 11, 1)} {_num(r.batches_per_second, 10, 2)} "
+            f"{_num(r.tokens_per_second, 11, 0)} {_num(r.total_time_s, 8, 3)} "
+            f"{_num(r.cpu_rss_mib, 8, 1)} {_num(r.gpu_allocated_mib, 8, 1)} "
+            f"{_num(r.gpu_peak_mib, 9, 1)} {_num(r.accuracy, 9, 4)}"
         )
+    lines += ["", "Timing noise (latencies beyond 1.5 IQR of the quartiles; CV = std / mean):"]
+    for r in results:
+        if r.status == "ok":
+            noisy = "  noisy: compare with care" if (r.cv or 0.0) > 0.1 else ""
+            cv = f"{r.cv:.1%}" if r.cv is not None else "-"
+            lines.append(
+                f"  batch {r.batch_size}: {r.outliers} outlier(s) of {r.runs} runs, CV {cv}{noisy}"
+            )
     lines.append("")
     if best is None:
         lines.append(f"No best batch size: {reason}.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 from sqlalchemy.orm import Session
@@ -14,10 +14,12 @@ from training_platform.api.schemas import (
     JobCreate,
     JobList,
     JobOut,
+    JobPatch,
+    RunOut,
     SSHSourceOut,
     SyncStateOut,
 )
-from training_platform.errors import HostKeyError, InvalidSourceError
+from training_platform.errors import HostKeyError, InvalidParameterError, InvalidSourceError
 from training_platform.ingest.registry import SSHSource, register_job, ssh_target
 from training_platform.ingest.ssh import check_ssh_connection
 from training_platform.ingest.sync_service import SyncService
@@ -27,9 +29,21 @@ from training_platform.store.jobs import (
     JobOrder,
     JobSummary,
     delete_job,
+    get_job,
     page_jobs,
     summarize_jobs,
 )
+from training_platform.store.models import Job, RunFile
+from training_platform.store.run_meta import (
+    USER_TAGS,
+    clean_tags,
+    replace_tags,
+    shown_name,
+    shown_tags,
+)
+from training_platform.store.storable import storable_text
+
+JobStatus = Literal["pending", "running", "completed", "failed", "stopped", "stalled"]
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -69,7 +83,32 @@ def job_out(summary: JobSummary) -> JobOut:
         last_synced_at=job.last_synced_at,
         last_sync_error=job.last_sync_error,
         sync=SyncStateOut.model_validate(summary.sync) if summary.sync else None,
+        **run_fields(job, summary.run),
     )
+
+
+def run_fields(job: Job, run: RunFile | None) -> dict[str, Any]:
+    """The job's project, name, tags, notes, config and run file (docs/contract.md)."""
+    about = (run.about or {}) if run is not None else {}
+    return {
+        "project": run.project if run is not None else None,
+        "name": shown_name(job, run),
+        "tags": shown_tags(job, run),
+        "notes": job.notes,
+        "config": run.config if run is not None else None,
+        "run": None
+        if run is None
+        else RunOut(
+            framework=about.get("framework"),
+            git=about.get("git"),
+            host=about.get("host"),
+            command=about.get("command"),
+            started_at=about.get("started_at"),
+            config_dropped=about.get("config_dropped"),
+            file_error=run.file_error,
+            file_refusals=run.file_refusals or 0,
+        ),
+    }
 
 
 DEFAULT_PAGE: Final = 100
@@ -98,6 +137,25 @@ def list_jobs_route(
             "status-file update first (registration time for a job without one)."
         ),
     ] = "created",
+    status: Annotated[
+        list[JobStatus] | None, Query(description="Only jobs in one of these statuses.")
+    ] = None,
+    project: Annotated[
+        str | None,
+        Query(min_length=1, max_length=256, description="Only the jobs of this project."),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        Query(description="Only jobs with every one of these tags (1-64 characters each)."),
+    ] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=256,
+            description="Case-insensitive substring of the job id or its name.",
+        ),
+    ] = None,
 ) -> JobList:
     """Known jobs, one page at a time: discovered in `PLATFORM_METRICS_DIR` or registered.
 
@@ -108,7 +166,12 @@ def list_jobs_route(
     listed even before the background poller has seen it.
     """
     sync_service.discover()
-    summaries, total = page_jobs(session, limit=limit, offset=offset, health=health, order=order)
+    if tag is not None and any(not 1 <= len(one) <= 64 for one in tag):
+        raise InvalidParameterError("tag: each tag is 1 to 64 characters")
+    summaries, total = page_jobs(
+        session, limit=limit, offset=offset, health=health, order=order,
+        statuses=status or (), project=project, tags=tag or (), query=q,
+    )  # fmt: skip
     response.headers[TOTAL_HEADER] = str(total)
     return JobList(jobs=[job_out(summary) for summary in summaries])
 
@@ -121,6 +184,29 @@ def list_jobs_route(
 )
 def get_job_route(job_id: KnownJobId, session: SessionDep) -> JobOut:
     """Status (from the trainer's status file), progress, anomaly flags and sync counters."""
+    return job_out(summarize_jobs(session, job_id)[0])
+
+
+@router.patch(
+    "/{job_id}",
+    response_model=JobOut,
+    summary="Name, tag or annotate a job",
+    responses={404: {"model": ErrorOut, "description": "Unknown job"}},
+)
+def patch_job_route(job_id: KnownJobId, body: JobPatch, session: SessionDep) -> JobOut:
+    """Set `name`, `tags` or `notes` (docs/contract.md, PATCH); a field left out is
+    unchanged, null gives `name`/`tags` back to the run file and clears `notes`.
+    Stored on the platform side: the run's own file is never edited."""
+    job = get_job(session, job_id)
+    given = body.model_fields_set
+    if "name" in given:
+        job.name = None if body.name is None else storable_text(body.name.strip(), 256) or None
+    if "notes" in given:
+        job.notes = None if body.notes is None else storable_text(body.notes)
+    if "tags" in given:
+        job.tags = None if body.tags is None else clean_tags(body.tags)
+        replace_tags(session, job_id, USER_TAGS, job.tags or [])
+    session.commit()
     return job_out(summarize_jobs(session, job_id)[0])
 
 

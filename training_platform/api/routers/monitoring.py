@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, SyncServiceDep
-from training_platform.api.params import NOT_FOUND, StepQuery, check_step_range
+from training_platform.api.params import NOT_FOUND, StepQuery, check_step_range, parse_fields
 from training_platform.api.schemas import AnomalyList, AnomalyOut, ErrorOut, MetricsHistory, SyncOut
 from training_platform.api.series_schema import MetricsSeries
 from training_platform.callbacks.wire import (
@@ -83,7 +83,7 @@ def metrics_history(
     """
     check_step_range(start_step, end_step)
     if max_points is not None:
-        names = _parse_fields(fields)
+        names = parse_fields(fields)
         body = downsampled_history(
             session,
             job_id=job_id,
@@ -109,31 +109,6 @@ def metrics_history(
     # Built by hand rather than through pydantic: a page can hold 100k records
     # and each is encoded once, as it is read.
     return Response(page_body(job_id, page), media_type="application/json")
-
-
-def _parse_fields(fields: str | None) -> frozenset[str] | None:
-    """The `fields=` entries; 422 naming an entry that cannot be a series or group.
-
-    A known group's fields are fixed (`loss.actor_los` is a typo, refused here);
-    `timing` and `extra` take any name. A group outside both may still be one
-    the trainer invented (stored under `other`): it is checked against the
-    answer by `_check_other_groups_found`.
-    """
-    if fields is None:
-        return None
-    names = frozenset(name.strip() for name in fields.split(",") if name.strip())
-    if not names:
-        raise InvalidParameterError("fields must name at least one series or group")
-    for name in sorted(names):
-        group, _, field = name.partition(".")
-        known = GROUP_FIELDS.get(group)
-        if known is not None and field and field not in known:
-            raise InvalidParameterError(
-                f"fields: unknown field {name!r} (group {group!r} has {', '.join(known)})"
-            )
-        if group in FREE_GROUPS and "." in name and not field:
-            raise InvalidParameterError(f"fields: {name!r} names no field")
-    return names
 
 
 def _check_other_groups_found(names: frozenset[str] | None, body: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from training_platform.callbacks.base import StopTraining, report_failure
 from training_platform.callbacks.platform_callback import PlatformCallback
+from training_platform.callbacks.run_file import package_version
 
 # Keys of the summary the Trainer logs once, after the last step.
 _SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "train_steps_per_second"})
@@ -64,7 +65,21 @@ class PlatformTrainerCallback(TrainerCallback):
             self.platform.enabled = False
             return
         total = state.max_steps if state.max_steps and state.max_steps > 0 else None
+        self._call("on_train_begin", control, lambda: self._describe_run(args))
         self._call("on_train_begin", control, lambda: self.platform.on_train_begin(total))
+
+    def _describe_run(self, args: TrainingArguments) -> None:
+        """The run file's config and framework from the Trainer's arguments (TRL's
+        configs are `TrainingArguments` too), unless the user gave their own."""
+        info = self.platform.run_info
+        is_trl = type(args).__module__.split(".", 1)[0] == "trl"
+        framework = "trl" if is_trl else "transformers"
+        info.fill(
+            config=args, framework={"name": framework, "version": package_version(framework) or "?"}
+        )
+        run_name = getattr(args, "run_name", None)
+        if info.name is None and isinstance(run_name, str) and run_name != args.output_dir:
+            info.name = run_name
 
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

@@ -31,6 +31,7 @@ from typing import Any
 
 from training_platform.callbacks.base import StopTraining
 from training_platform.callbacks.platform_callback import PlatformCallback
+from training_platform.callbacks.run_file import package_version
 
 BACKEND_NAME = "platform"
 
@@ -128,12 +129,14 @@ def register_verl_backend(
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend)
         if BACKEND_NAME in backends:
             chosen, directory, extra = cls._training_platform_options
-            self.logger[BACKEND_NAME] = VerlTrackingBackend(
+            backend = VerlTrackingBackend(
                 chosen or job_id_from_name(str(experiment_name)),
                 directory,
                 total_steps=_total_steps(config),
                 **extra,
             )
+            describe_verl_run(backend.platform, project_name, experiment_name, config)
+            self.logger[BACKEND_NAME] = backend
 
     def __del__(self: Any) -> None:
         backend = getattr(self, "logger", {}).get(BACKEND_NAME)
@@ -144,6 +147,19 @@ def register_verl_backend(
 
     cls.__init__ = __init__
     cls.__del__ = __del__
+
+
+def describe_verl_run(
+    platform: PlatformCallback, project_name: Any, experiment_name: Any, config: Any
+) -> None:
+    """The run file from what verl gives its trackers: project, experiment, config
+    (an OmegaConf object, converted when the file is written)."""
+    info = platform.run_info
+    info.fill(config=config, framework={"name": "verl", "version": package_version("verl") or "?"})
+    if info.project is None and project_name:
+        info.project = str(project_name)
+    if info.name is None and experiment_name:
+        info.name = str(experiment_name)
 
 
 def _total_steps(config: Any) -> int | None:

@@ -85,7 +85,10 @@ export function resolveLines(spec, keys) {
     const key = spec.pick.find((candidate) => keys.has(candidate));
     lines = key ? [{ key, label: spec.label }] : [];
   } else if (spec.stackPrefix) {
-    lines = [...keys].filter((key) => key.startsWith(spec.stackPrefix)).sort()
+    // Nested stages (`update/actor`) are inside their parent's time: stacking them too
+    // would count them twice.
+    lines = [...keys].filter((key) => key.startsWith(spec.stackPrefix)
+      && !key.slice(spec.stackPrefix.length).includes("/")).sort()
       .map((key) => ({ key, label: key.slice(spec.stackPrefix.length) }));
   } else {
     lines = spec.lines.filter((line) => keys.has(line.key));

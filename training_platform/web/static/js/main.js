@@ -3,6 +3,7 @@
 //   #/                 jobs
 //   #/run/{job_id}     one run, live
 //   #/playback/{job_id}  replay a stored run
+//   #/compare?jobs=a,b   runs side by side (compare_view.js; the jobs list takes a query too)
 
 import { h } from "./format.js";
 
@@ -13,6 +14,7 @@ const VIEW_MODULES = {
   jobs: () => import("./jobs_view.js").then((m) => m.JobsView),
   run: () => import("./run_view.js").then((m) => m.RunView),
   playback: () => import("./playback_view.js").then((m) => m.PlaybackView),
+  compare: () => import("./compare_view.js").then((m) => m.CompareView),
 };
 
 const ASSET_FIX = "Reinstall the package (pip install --force-reinstall training-platform), "
@@ -52,21 +54,32 @@ function setConnection(state, detail = "") {
 }
 
 function parseRoute() {
-  const [, kind, id] = window.location.hash.replace(/^#/, "").split("/");
-  if ((kind === "run" || kind === "playback") && id) return { kind, jobId: decodeURIComponent(id) };
-  return { kind: "jobs" };
+  const hash = window.location.hash.replace(/^#/, "");
+  const at = hash.indexOf("?");
+  const query = at < 0 ? "" : hash.slice(at + 1);
+  const [, kind, id, tab] = (at < 0 ? hash : hash.slice(0, at)).split("/");
+  if ((kind === "run" || kind === "playback") && id) return { kind, jobId: decodeURIComponent(id), tab: tab || "" };
+  if (kind === "compare") return { kind, query };
+  return { kind: "jobs", query };
 }
 
 async function route() {
+  const next = parseRoute();
+  // Another tab of the run on show (#/run/{id}/timing): switched in place, not reloaded.
+  if (current && current.showTab && next.kind === "run" && current.jobId === next.jobId) {
+    current.showTab(next.tab);
+    return;
+  }
   const mine = ++routing;
   if (current) current.stop();
   current = null;
   showBanner("");
-  const { kind, jobId } = parseRoute();
+  const { kind, jobId, query } = parseRoute();
   const jobsLink = h("a", { href: "#/" }, "jobs");
   crumbs.replaceChildren(jobsLink, ...(jobId ? [" / ", h("a", { href: `#/run/${encodeURIComponent(jobId)}` }, jobId)] : []),
-    ...(kind === "playback" ? [" / playback"] : []));
-  document.title = jobId ? `${jobId} · training_platform` : "training_platform";
+    ...(kind === "playback" ? [" / playback"] : []), ...(kind === "compare" ? [" / compare"] : []));
+  document.title = jobId ? `${jobId} · training_platform`
+    : kind === "compare" ? "compare · training_platform" : "training_platform";
   viewRoot.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   let View;
   try {
@@ -80,7 +93,8 @@ async function route() {
     return;
   }
   if (mine !== routing) return;
-  const view = kind === "jobs" ? new View(viewRoot, setConnection) : new View(viewRoot, jobId, setConnection);
+  const view = kind === "jobs" ? new View(viewRoot, setConnection, query)
+    : new View(viewRoot, kind === "compare" ? query : jobId, setConnection);
   current = view;
   try {
     await view.start();

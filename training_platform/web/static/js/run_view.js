@@ -19,6 +19,7 @@ import {
 } from "./format.js";
 import { LiveStream } from "./live.js";
 import { mergeIncident, renderAnomalies, renderArtifacts, renderStatus } from "./panels.js";
+import { ProfileView } from "./profile_view.js";
 import { SamplesView } from "./samples_view.js";
 import { Columns } from "./series.js";
 
@@ -58,6 +59,12 @@ export class RunView {
       onPick: (step) => this.samples.showStepNear(step, { scroll: true }),
     });
     this.samples = new SamplesView(jobId);
+    this.profile = new ProfileView(jobId); // the Timing, Memory and Artifacts tabs
+  }
+
+  /** Another tab of this run (#/run/{job}/timing ...), switched in place by main.js. */
+  showTab(tab) {
+    this.profile.showTab(tab);
   }
 
   async start() {
@@ -72,6 +79,7 @@ export class RunView {
     ]);
     this.showJob(job);
     renderArtifacts(this.artifactsPanel, this.jobId);
+    this.profile.start();
     this.stream = new LiveStream(this.jobId, {
       sinceStep: () => this.sinceStep(),
       onMessage: (message) => this.onLive(message),
@@ -129,6 +137,7 @@ export class RunView {
     if (this.probe) this.probe.stop();
     if (this.stream) this.stream.stop();
     this.samples.stop();
+    this.profile.stop();
     for (const timer of this.timers) clearInterval(timer);
     this.board.destroy();
     this.setConnection("idle");
@@ -150,16 +159,14 @@ export class RunView {
         onclick: () => this.samples.root.scrollIntoView({ block: "start", behavior: "smooth" }),
       }, "Samples ↓"),
       h("a", { class: "button", href: `#/playback/${enc(this.jobId)}` }, "Playback ▶"));
-    this.root.replaceChildren(
-      this.header,
-      toolbar,
-      h("div", { class: "run-layout" },
+    const runLayout = h("div", { class: "run-layout" },
         h("div", { class: "run-main" }, this.waitingNote, this.board.root),
         h("aside", { class: "run-side" },
           h("section", { class: "panel" }, h("h2", {}, "Status"), this.statusPanel),
           h("section", { class: "panel" }, h("h2", {}, "Anomalies ", h("span", { class: "count", id: "anomaly-count" }, "0")), this.anomalyPanel),
-          h("section", { class: "panel" }, h("h2", {}, "Profiling artifacts"), this.artifactsPanel))),
-      this.samples.root);
+          h("section", { class: "panel" }, h("h2", {}, "Profiling artifacts"), this.artifactsPanel)));
+    this.root.replaceChildren(this.header, this.profile.tabs, toolbar, runLayout, this.samples.root, this.profile.root);
+    this.profile.setOverview([toolbar, runLayout, this.samples.root]);
   }
 
   showJob(job) {
@@ -346,6 +353,7 @@ export class RunView {
       columns = this.overview.concat(this.live);
     }
     this.board.setColumns(columns);
+    this.profile.setColumns(columns);
     this.showWaiting(this.lastStep() === null);
     this.redrawHeader();
   }

@@ -1,0 +1,209 @@
+// One chart of the Compare view: one metric, a line per run (uPlot underneath).
+//
+// Each run is drawn as its line (the server's smoothed values when the comparison is
+// smoothed, else the mean) over a faint band from its raw min to its max, which stays
+// visible behind the smoothed line: for exact points the band's edges are the raw
+// line itself, for downsampled buckets the envelope that keeps every spike. All the
+// bands are drawn first, then all the lines, so no run's band hides another's line.
+// The legend under the plot names each run with its value at the x under the cursor
+// (each run's nearest point, compare_logic.js), or its latest value.
+
+import {
+  fmtCount, fmtDuration, lastPoint, mergeRuns, nearestPoint,
+} from "./compare_logic.js";
+import { fmtNumber, fmtStep, h } from "./format.js";
+import { swatch } from "./run_labels.js";
+
+// uPlot is loaded, not imported, as in charts.js: a missing copy costs the plots,
+// never the page (the legend still gives each run's latest value).
+let uPlot = null;
+try {
+  uPlot = (await import("/static/vendor/uplot/uPlot.esm.js")).default;
+  if (typeof uPlot !== "function") uPlot = null;
+} catch {
+  uPlot = null;
+}
+
+const HEIGHT = 230;
+const X_LABELS = { step: "step", time: "time since start", tokens: "tokens" };
+
+/** An x value as the axis and legend write it. */
+export function fmtX(mode, value) {
+  if (mode === "time") return fmtDuration(value);
+  if (mode === "tokens") return fmtCount(value);
+  return fmtStep(value);
+}
+
+export class CompareChart {
+  /**
+   * @param key  the series ("group.field")
+   * @param ctx  {syncKey, xMode(): "step" | "time" | "tokens", smoothed(): boolean,
+   *              onZoom(lo, hi), onReset(), onRemove(key)}
+   */
+  constructor(key, ctx) {
+    this.key = key;
+    this.ctx = ctx;
+    this.runs = [];
+    this.merged = null;
+    this.plot = null;
+    this.signature = null;
+    this.range = null;
+    this.body = h("div", { class: "chart-body" });
+    this.legend = h("div", { class: "cmp-legend" });
+    this.note = h("p", { class: "chart-note muted", hidden: true });
+    this.empty = h("p", { class: "chart-empty muted", hidden: true }, "No run has values of this metric.");
+    this.root = h("section", { class: "chart cmp-chart", "data-key": key },
+      h("header", { class: "chart-head" }, h("h3", { title: key }, key),
+        h("button", { class: "chart-remove", title: "Remove this chart", "aria-label": `Remove chart ${key}`,
+          onclick: () => ctx.onRemove(key) }, "×")),
+      this.body, this.legend, this.note, this.empty);
+    this.root.chart = this; // lets tests (and a curious console) reach the plot
+    this.resizer = new ResizeObserver(() => this.fit());
+    this.resizer.observe(this.body);
+  }
+
+  destroy() {
+    this.resizer.disconnect();
+    if (this.plot) this.plot.destroy();
+    this.plot = null;
+  }
+
+  /** Draw `runs` (each with jobId, label, color and its column store). */
+  update(runs) {
+    this.runs = runs;
+    this.merged = mergeRuns(runs, this.key);
+    const absent = runs.filter((run, r) => !this.merged.perRun[r].present.length);
+    this.note.textContent = absent.length
+      ? `Not logged by ${absent.map((run) => run.label).join(", ")}.` : "";
+    this.note.hidden = !absent.length;
+    const hasData = this.merged.xs.length > 0;
+    this.empty.hidden = hasData;
+    if (!hasData || !uPlot) {
+      if (this.plot) this.plot.destroy();
+      this.plot = null;
+      this.signature = null;
+      this.body.replaceChildren(...(hasData ? [h("p", { class: "chart-missing muted" },
+        "No plot: the chart library did not load.")] : []));
+      this.showLegend(null);
+      return;
+    }
+    const data = this.data();
+    const signature = [this.ctx.xMode(), ...runs.map((run) => `${run.jobId}:${run.color}`)].join("|");
+    if (signature !== this.signature || !this.plot) {
+      if (this.plot) this.plot.destroy();
+      this.body.replaceChildren();
+      this.signature = signature;
+      this.plot = new uPlot(this.options(), data, this.body);
+      if (this.range) this.setRange(this.range);
+    } else {
+      this.plot.setData(data, !this.range);
+      if (this.range) this.plot.setScale("x", { min: this.range[0], max: this.range[1] });
+    }
+    this.showLegend(null);
+  }
+
+  /** uPlot's data: x, then every run's min and max (the bands), then every run's line. */
+  data() {
+    const { xs, perRun } = this.merged;
+    return [xs, ...perRun.flatMap((run) => [run.min, run.max]), ...perRun.map((run) => run.line)];
+  }
+
+  options() {
+    const runs = this.runs;
+    const mode = this.ctx.xMode();
+    const series = [{ label: X_LABELS[mode] }];
+    const bands = [];
+    runs.forEach((run, r) => {
+      series.push(
+        { label: `${run.label} min`, stroke: `${run.color}55`, width: 1, spanGaps: true, points: { show: false } },
+        { label: `${run.label} max`, stroke: `${run.color}55`, width: 1, spanGaps: true, points: { show: false } },
+      );
+      bands.push({ series: [2 + 2 * r, 1 + 2 * r], fill: `${run.color}22` });
+    });
+    for (const run of runs) series.push({ label: run.label, stroke: run.color, width: 1.8, spanGaps: true });
+    return {
+      width: Math.max(200, this.body.clientWidth || 600),
+      height: HEIGHT,
+      series,
+      bands,
+      legend: { show: false },
+      scales: { x: { time: false } },
+      axes: [
+        { values: (u, ticks) => ticks.map((value) => fmtX(mode, value)), size: 30 },
+        { values: (u, ticks) => ticks.map((value) => fmtNumber(value)), size: 62 },
+      ],
+      cursor: {
+        sync: { key: this.ctx.syncKey },
+        // A drag zooms every chart (the view does it); a double-click shows it all.
+        drag: { x: true, y: false, setScale: false },
+        bind: {
+          dblclick: () => () => {
+            this.ctx.onReset();
+            return null;
+          },
+        },
+      },
+      hooks: {
+        setSelect: [(u) => {
+          const { left, width } = u.select;
+          if (width < 2) return;
+          const lo = u.posToVal(left, "x");
+          const hi = u.posToVal(left + width, "x");
+          u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+          this.ctx.onZoom(lo, hi);
+        }],
+        // The x of the data point nearest the mouse (uPlot's cursor.idx), not the
+        // mouse's own x: "step 14", never "step 14.5".
+        setCursor: [(u) => {
+          const idx = u.cursor.idx;
+          const off = u.cursor.left === null || u.cursor.left < 0 || idx === null || idx === undefined;
+          this.showLegend(off ? null : u.data[0][idx]);
+        }],
+      },
+    };
+  }
+
+  /** Show x in [lo, hi] (null: everything). */
+  setRange(range) {
+    this.range = range;
+    if (!this.plot) return;
+    if (range) this.plot.setScale("x", { min: range[0], max: range[1] });
+    else this.plot.setData(this.plot.data, true);
+  }
+
+  fit() {
+    if (!this.plot) return;
+    const width = this.body.clientWidth;
+    if (width > 0 && Math.abs(width - this.plot.width) > 1) this.plot.setSize({ width, height: HEIGHT });
+  }
+
+  /**
+   * The legend at `x` (the cursor's x; null: each run's latest point): each run that
+   * has the metric, with its line's value and, when smoothed, the raw value or range.
+   */
+  showLegend(x) {
+    const { merged } = this;
+    if (!merged) return;
+    const mode = this.ctx.xMode();
+    const smoothed = this.ctx.smoothed();
+    const items = [h("span", { class: "cmp-legend-x" },
+      x === null ? "latest" : `${X_LABELS[mode]} ${fmtX(mode, x)}`)];
+    this.runs.forEach((run, r) => {
+      const points = merged.perRun[r];
+      if (!points.present.length) return;
+      const i = x === null ? lastPoint(merged, r) : nearestPoint(merged, r, x);
+      let text = "–";
+      if (i !== null) {
+        const raw = points.min[i] === points.max[i] ? fmtNumber(points.min[i])
+          : `${fmtNumber(points.min[i])} … ${fmtNumber(points.max[i])}`;
+        text = smoothed ? `${fmtNumber(points.line[i])} (raw ${raw})` : raw;
+        if (!smoothed && points.min[i] !== points.max[i]) text = `${fmtNumber(points.line[i])} (${raw})`;
+      }
+      const where = i === null ? "" : ` at ${fmtX(mode, merged.xs[i])}`;
+      items.push(h("span", { class: "cmp-legend-item", "data-job": run.jobId, title: `${run.jobId}${where}` },
+        swatch(run.color), h("span", { class: "cmp-legend-label" }, run.label), " ",
+        h("span", { class: "cmp-legend-value" }, text)));
+    });
+    this.legend.replaceChildren(...items);
+  }
+}

@@ -1,0 +1,106 @@
+// The pure parts of the jobs list (jobs_view.js): its filters and selection in the
+// URL (`#/?q=grpo&status=running&tag=baseline&sel=a,b`), the `GET /api/jobs` query
+// they make, runs grouped by project, the selection capped at what a comparison
+// holds, tags typed as text, and what a PATCH of a run's name, tags and notes sends.
+// No DOM here: unit-tested under Node (tests/jobs_logic.test.js).
+
+import { MAX_RUNS } from "./compare_logic.js";
+import { buildQuery, parseList, parseParams } from "./url_state.js";
+
+export const STATUSES = ["pending", "running", "completed", "failed", "stopped", "stalled"];
+export const HEALTHS = ["ok", "warning", "critical"];
+
+/** The filters and selection of the jobs list, from its hash query. */
+export function parseJobsState(query) {
+  const params = parseParams(query);
+  const health = params.get("health") ?? "";
+  return {
+    q: (params.get("q") ?? "").trim().slice(0, 256),
+    status: parseList(query, "status").filter((s) => STATUSES.includes(s)),
+    health: HEALTHS.includes(health) ? health : "",
+    tags: parseList(query, "tag"),
+    project: params.get("project") ?? "",
+    selected: parseList(query, "sel").slice(0, MAX_RUNS),
+  };
+}
+
+/** The jobs list's hash for a state: `#/` when nothing is filtered or selected. */
+export function jobsHash(state) {
+  const query = buildQuery([
+    ["q", state.q], ["status", state.status], ["health", state.health],
+    ["tag", state.tags], ["project", state.project], ["sel", state.selected],
+  ]);
+  return query ? `#/?${query}` : "#/";
+}
+
+/** Whether any filter (not the selection) is set. */
+export function filtersActive(state) {
+  return Boolean(state.q || state.status.length || state.health || state.tags.length || state.project);
+}
+
+/**
+ * The filter part of a `GET /api/jobs` query (docs/contract.md): `status` and `tag`
+ * repeated (any of the statuses; every one of the tags), `health`, `project`, `q`.
+ */
+export function jobsApiFilters(state) {
+  const params = new URLSearchParams();
+  if (state.q) params.append("q", state.q);
+  for (const status of state.status) params.append("status", status);
+  if (state.health) params.append("health", state.health);
+  for (const tag of state.tags) params.append("tag", tag);
+  if (state.project) params.append("project", state.project);
+  return params.toString();
+}
+
+/**
+ * Runs grouped by project, in the order they came (most recently updated first)
+ * within a group; groups by name (case-insensitive), runs without a project last.
+ * [{project: string | null, jobs: [...]}]
+ */
+export function groupByProject(jobs) {
+  const groups = new Map();
+  for (const job of jobs) {
+    const project = typeof job.project === "string" && job.project ? job.project : null;
+    if (!groups.has(project)) groups.set(project, []);
+    groups.get(project).push(job);
+  }
+  return [...groups.entries()]
+    .sort(([a], [b]) => {
+      if (a === null) return b === null ? 0 : 1;
+      if (b === null) return -1;
+      return a.localeCompare(b, "en", { sensitivity: "base" }) || a.localeCompare(b);
+    })
+    .map(([project, members]) => ({ project, jobs: members }));
+}
+
+/**
+ * The selection with `jobId` switched. Adding past `max` is refused: the selection
+ * comes back unchanged with `refused` true (the view says why).
+ */
+export function toggleSelection(selected, jobId, max = MAX_RUNS) {
+  if (selected.includes(jobId)) return { selected: selected.filter((id) => id !== jobId), refused: false };
+  if (selected.length >= max) return { selected, refused: true };
+  return { selected: [...selected, jobId], refused: false };
+}
+
+/** Tags as typed ("grpo, baseline ,grpo"): trimmed, empty and repeated ones dropped. */
+export function parseTags(text) {
+  return [...new Set(String(text).split(",").map((tag) => tag.trim()).filter(Boolean))];
+}
+
+/**
+ * The body of `PATCH /api/jobs/{id}` for an edit: only the fields that changed. An
+ * emptied name is null (the run file's name again), emptied notes are null (cleared),
+ * tags are the typed list ([] when emptied). null when nothing changed.
+ */
+export function metaPatch(job, form) {
+  const body = {};
+  const name = form.name.trim();
+  if (name !== (job.name ?? "")) body.name = name || null;
+  const tags = parseTags(form.tags);
+  const before = Array.isArray(job.tags) ? job.tags : [];
+  if (tags.join("\n") !== before.join("\n")) body.tags = tags;
+  const notes = form.notes.trim() ? form.notes : "";
+  if (notes !== (job.notes ?? "")) body.notes = notes || null;
+  return Object.keys(body).length ? body : null;
+}
