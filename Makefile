@@ -15,7 +15,7 @@ test:
 	scripts/setup.sh test
 	$(MAKE) --no-print-directory lint
 	npm --prefix training_platform/web test
-	.venv/bin/pytest
+	.venv/bin/pytest --durations=30
 
 # The edit-test loop: all but the slow and browser tests (docs/testing.md); CI runs
 # `make test`, which runs everything. Sets up only when there is no test venv yet.
