@@ -125,12 +125,14 @@ def token_axis(session: Session, job_id: str, body: Mapping[str, Any]) -> list[f
 
 def tokens_before(session: Session, job_id: str, key: str, step: int) -> float:
     """The per-step counts `key` summed over the steps before `step`."""
+    if step <= 0:
+        return 0.0
     answer = downsampled_history(
         session, job_id=job_id, start_step=None, end_step=step - 1, max_points=2,
         fields=frozenset({key}),
     )  # fmt: skip
     columns = answer["series"].get(key)
-    if columns is None or step <= 0:
+    if columns is None:
         return 0.0
     if not answer["downsampled"]:
         return sum(finite_time(v) or 0.0 for v in columns["values"])

@@ -69,12 +69,7 @@ class ExactSmoother:
         if self.smoothing.method == "ema":
             debias = 1 - self.smoothing.weight**self._count
             return self._last / debias if debias > 0 else self._last
-        # A running sum drifts by rounding over long runs: recompute when short.
-        return (
-            self._sum / len(self._window)
-            if len(self._window) > 64
-            else math.fsum(self._window) / len(self._window)
-        )
+        return self._sum / len(self._window)
 
 
 def smooth_values(values: Sequence[object], smoothing: Smoothing) -> list[float | None]:

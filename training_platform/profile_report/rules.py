@@ -60,48 +60,51 @@ def _pct(value: float) -> str:
     return f"{value * 100:.0f} %"
 
 
-def data_loading(report: dict[str, Any]) -> Recommendation | None:
-    share, stages = _share_of(report, _DATA, top_only=False)
-    if share < DATA_LOADING_SHARE:
+def _stage_share(
+    report: dict[str, Any],
+    rule: str,
+    pattern: re.Pattern[str],
+    threshold: float,
+    what: str,
+    detail: str,
+) -> Recommendation | None:
+    """The rules of one kind: the stages named like `pattern` take `threshold` of the step."""
+    share, stages = _share_of(report, pattern, top_only=False)
+    if share < threshold:
         return None
     return {
-        "rule": "data_loading",
+        "rule": rule,
         "severity": "warning",
-        "title": f"Data loading takes {_pct(share)} of the step",
-        "detail": "Load ahead of the step: DataLoader(num_workers>0, pin_memory=True, "
-        "prefetch_factor), pre-tokenise the dataset, or overlap loading with the previous step.",
-        "evidence": {"stages": stages, "share": share, "threshold": DATA_LOADING_SHARE},
+        "title": f"{what} takes {_pct(share)} of the step",
+        "detail": detail,
+        "evidence": {"stages": stages, "share": share, "threshold": threshold},
     }
+
+
+def data_loading(report: dict[str, Any]) -> Recommendation | None:
+    return _stage_share(
+        report, "data_loading", _DATA, DATA_LOADING_SHARE, "Data loading",
+        "Load ahead of the step: DataLoader(num_workers>0, pin_memory=True, "
+        "prefetch_factor), pre-tokenise the dataset, or overlap loading with the previous step.",
+    )  # fmt: skip
 
 
 def rollout_generation(report: dict[str, Any]) -> Recommendation | None:
-    share, stages = _share_of(report, _ROLLOUT, top_only=False)
-    if share < ROLLOUT_SHARE:
-        return None
-    return {
-        "rule": "rollout_generation",
-        "severity": "warning",
-        "title": f"Rollout generation takes {_pct(share)} of the step",
-        "detail": "Generation bounds the step: a serving engine (vLLM, SGLang) for rollouts, "
+    return _stage_share(
+        report, "rollout_generation", _ROLLOUT, ROLLOUT_SHARE, "Rollout generation",
+        "Generation bounds the step: a serving engine (vLLM, SGLang) for rollouts, "
         "larger generation batches, a shorter max response length, or asynchronous rollouts "
         "that overlap the update.",
-        "evidence": {"stages": stages, "share": share, "threshold": ROLLOUT_SHARE},
-    }
+    )  # fmt: skip
 
 
 def optimizer_step(report: dict[str, Any]) -> Recommendation | None:
-    share, stages = _share_of(report, _OPTIMIZER, top_only=False)
-    if share < OPTIMIZER_SHARE:
-        return None
-    return {
-        "rule": "optimizer_step",
-        "severity": "warning",
-        "title": f"The optimizer step takes {_pct(share)} of the step",
-        "detail": "Use a fused or foreach optimizer (torch.optim.AdamW(fused=True)), fewer "
+    return _stage_share(
+        report, "optimizer_step", _OPTIMIZER, OPTIMIZER_SHARE, "The optimizer step",
+        "Use a fused or foreach optimizer (torch.optim.AdamW(fused=True)), fewer "
         "parameter groups, and avoid CPU offload of the optimizer state when memory allows; "
         "gradient accumulation amortises it over more samples.",
-        "evidence": {"stages": stages, "share": share, "threshold": OPTIMIZER_SHARE},
-    }
+    )  # fmt: skip
 
 
 def memory_headroom(report: dict[str, Any]) -> Recommendation | None:
