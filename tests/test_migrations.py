@@ -17,6 +17,9 @@ from sqlalchemy import inspect, text
 
 from tests.conftest import BACKENDS
 from training_platform.api.main import create_app
+from training_platform.callbacks.wire_records import build_record
+from training_platform.history.rollups import refresh_rollups
+from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
 from training_platform.store.database import (
     SchemaOutOfDateError,
@@ -24,8 +27,10 @@ from training_platform.store.database import (
     current_revision,
     head_revision,
     make_engine,
+    make_session_factory,
     prepare_schema,
 )
+from training_platform.store.models import Job
 
 TABLES = {"jobs", "training_metrics", "anomalies", "sync_state", "deleted_jobs"}
 
@@ -248,5 +253,40 @@ def test_0007_gives_existing_buckets_the_time_of_their_first_record(
         columns = {c["name"] for c in inspect(engine).get_columns("metric_rollups")}
         assert "first_timestamp" not in columns
         assert "run_files" not in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def test_0008_stores_the_sealed_chunks_of_existing_buckets(empty_database_url: str) -> None:
+    """Downgraded to 0007 (no rollup_columns) and upgraded again: the backfill
+    stores exactly what ingestion stored."""
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "head")
+    engine = make_engine(empty_database_url)
+    select_chunks = text(
+        "SELECT level, chunk, series, payload FROM rollup_columns ORDER BY level, chunk, series"
+    )
+    try:
+        factory = make_session_factory(engine)
+        records = [
+            build_record(step, {"loss": {"actor_loss": step % 13 / 7}}) for step in range(9_000)
+        ]
+        with factory() as session:
+            session.add(Job(job_id="run1", created_at=0.0))
+            session.flush()
+            upsert_metrics(session, job_id="run1", records=records, received_at=1.0)
+            refresh_rollups(session, job_id="run1", records=records)
+            session.commit()
+        with engine.connect() as connection:
+            stored = [(*row[:3], bytes(row[3])) for row in connection.execute(select_chunks)]
+        assert len({row[1] for row in stored}) == 4  # level 0: 9,000 steps, 2,048 per chunk
+
+        command.downgrade(config, "0007")
+        assert "rollup_columns" not in inspect(engine).get_table_names()
+        command.upgrade(config, "head")
+
+        with engine.connect() as connection:
+            rebuilt = [(*row[:3], bytes(row[3])) for row in connection.execute(select_chunks)]
+        assert rebuilt == stored
     finally:
         engine.dispose()

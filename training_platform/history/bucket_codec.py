@@ -117,7 +117,7 @@ class PackedBucket:
 @dataclass(slots=True)
 class PackedRun:
     """Consecutive stored buckets read together with the same series: per bucket its
-    steps, row count and first timestamp, and all their payloads joined.
+    index, steps, row count and first timestamp, and all their payloads joined.
 
     What `read_buckets` yields: a million-step run's answer is ~2,000 buckets,
     and most of them pass from the database to the columns untouched, so they
@@ -125,6 +125,7 @@ class PackedRun:
     one must be merged with another piece).
     """
 
+    buckets: list[int]  # their indexes at their level (`metric_rollups.bucket`)
     first_steps: list[int]
     last_steps: list[int]
     rows: list[int]

@@ -45,6 +45,11 @@ from training_platform.history.downsample import (
     series_values,
     stats_of_columns,
 )
+from training_platform.history.rollup_columns import (
+    consecutive_runs,
+    rebuild_chunks,
+    refresh_chunks,
+)
 from training_platform.store.database import upsert_sql
 from training_platform.store.metric_rows import (
     COLUMN_SERIES,
@@ -146,6 +151,12 @@ def refresh_rollups(
         level_buckets = _parents(session, job_id, level, level_buckets, done)
         changed[level] = level_buckets
     _upsert(session, job_id, changed)
+    newest = max(done, steps[-1])  # `steps` is in step order
+    refresh_chunks(
+        session,
+        job_id,
+        {level: (buckets, newest // WIDTHS[level]) for level, buckets in changed.items()},
+    )
 
 
 def _bucket_of_rows(rows: Sequence[Sequence[Any]], records: Sequence[Mapping[str, Any]]) -> Bucket:
@@ -180,7 +191,7 @@ def _buckets_from_rows(
     session: Session, job_id: str, indexes: list[int], width: int
 ) -> Iterator[tuple[int, Bucket]]:
     """Level-0 buckets recomputed from their stored rows (which include this batch's)."""
-    for lo, hi in _runs(indexes):
+    for lo, hi in consecutive_runs(indexes):
         current: tuple[int, Bucket] | None = None
         for record in _rows(session, job_id, lo * width, (hi + 1) * width - 1):
             step = record["step"]
@@ -331,6 +342,7 @@ def rebuild_rollups(session: Session, *, job_id: str) -> int:
     for level in range(len(WIDTHS)):
         close(level)
     _upsert(session, job_id, pending)
+    rebuild_chunks(session, job_id)
     return count
 
 
@@ -355,15 +367,3 @@ def _rows(session: Session, job_id: str, lo: int, hi: int | None) -> Iterator[di
 def raw_rows(session: Session, job_id: str, lo: int, hi: int) -> Iterator[dict[str, Any]]:
     """Records in [lo, hi] in step order, read in pages (floats, not API strings)."""
     return _rows(session, job_id, lo, hi)
-
-
-def _runs(indexes: list[int]) -> Iterator[tuple[int, int]]:
-    """Sorted integers as maximal runs of consecutive values: [1,2,3,7] -> (1,3), (7,7)."""
-    run: list[int] = []
-    for index in indexes:
-        if run and index != run[1] + 1:
-            yield run[0], run[1]
-            run = []
-        run = [run[0] if run else index, index]
-    if run:
-        yield run[0], run[1]

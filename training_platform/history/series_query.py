@@ -22,7 +22,6 @@ import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from training_platform.history.bucket_reads import read_buckets
 from training_platform.history.downsample import (
     Bucket,
     Piece,
@@ -34,6 +33,7 @@ from training_platform.history.downsample import (
     point_count,
     series_values,
 )
+from training_platform.history.rollup_columns import read_buckets
 from training_platform.history.rollups import WIDTHS, raw_rows, rolled_up_through
 from training_platform.history.series_json import buckets_to_json, values_to_json
 from training_platform.store.models import TrainingMetric
@@ -91,7 +91,7 @@ def downsampled_history(
         logger.warning("metric_rollups of %s lag behind its rows: reading rows", job_id)
         pieces = _row_pieces(session, job_id, lo, hi)
     else:
-        pieces = _rollup_pieces(session, job_id, lo, hi, width)
+        pieces = _rollup_pieces(session, job_id, lo, hi, width, fields)
     buckets = coalesce(pieces, lo, width)
     columns = buckets_to_json(buckets, fields, max_series=max_series, omitted=omitted)
     summary = {
@@ -214,11 +214,14 @@ def _row_pieces(session: Session, job_id: str, lo: int, hi: int) -> Iterator[Pie
         yield Bucket.of_record(record["step"], series_values(record), record.get("timestamp"))
 
 
-def _rollup_pieces(session: Session, job_id: str, lo: int, hi: int, width: int) -> Iterator[Piece]:
-    """The range as stored buckets: the finest level at least a point wide, finer at the ends."""
+def _rollup_pieces(
+    session: Session, job_id: str, lo: int, hi: int, width: int, fields: frozenset[str] | None
+) -> Iterator[Piece]:
+    """The range as stored buckets: the finest level at least a point wide, finer at the
+    ends (the sealed chunks inside it with only the series `fields` asks for)."""
     top = next((level for level, w in enumerate(WIDTHS) if w >= width), len(WIDTHS) - 1)
     for span in cover(lo, hi, WIDTHS, top):
         if span.level < 0:
             yield from _row_pieces(session, job_id, span.lo, span.hi)
         else:
-            yield from read_buckets(session, job_id, span.level, span.first, span.last)
+            yield from read_buckets(session, job_id, span.level, span.first, span.last, fields)

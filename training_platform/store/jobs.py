@@ -24,6 +24,7 @@ from training_platform.store.models import (
     Job,
     JobTag,
     MetricRollup,
+    RollupColumn,
     RunFile,
     Sample,
     SamplePrompt,
@@ -249,7 +250,7 @@ def delete_job(session: Session, job_id: str) -> None:
     alone: SQLite enforces foreign keys only on connections that ask for it.
     """
     get_job(session, job_id)
-    tables = (Anomaly, MetricRollup, TrainingMetric, Sample, SamplePrompt, SyncState)
+    tables = (Anomaly, MetricRollup, RollupColumn, TrainingMetric, Sample, SamplePrompt, SyncState)
     for table in (*tables, RunFile, JobTag):
         session.execute(
             delete(table).where(table.job_id == job_id).execution_options(synchronize_session=False)

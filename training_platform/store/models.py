@@ -284,3 +284,23 @@ class MetricRollup(Base):
     # The timestamp of the record at `first_step` (None: it had none), so a
     # downsampled answer's `timestamps` need no look-up per point.
     first_timestamp: Mapped[float | None] = mapped_column(Float)
+
+
+class RollupColumn(Base):
+    """A sealed chunk of one level's buckets, stored per series (history/rollup_columns.py).
+
+    A copy of `metric_rollups` laid out for reading a few series of a long run
+    (a comparison's two of ~25): one row per chunk of `CHUNK` buckets and
+    series, plus one row (`series` "") with the chunk's bucket bounds and
+    series names. Derived: rebuilt whenever its buckets change.
+    """
+
+    __tablename__ = "rollup_columns"
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    chunk: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    series: Mapped[str] = mapped_column(Text, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)

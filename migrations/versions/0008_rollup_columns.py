@@ -1,0 +1,56 @@
+"""rollup_columns: sealed chunks of rollup buckets stored per series (few series of a long run read fast)
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-11-24
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.orm import Session
+
+revision: str = "0008"
+down_revision: str | None = "0007"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "rollup_columns",
+        sa.Column("job_id", sa.String(length=128), nullable=False),
+        sa.Column("level", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("chunk", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("series", sa.Text(), nullable=False),
+        sa.Column("payload", sa.LargeBinary(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["job_id"],
+            ["jobs.job_id"],
+            name=op.f("fk_rollup_columns_job_id_jobs"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint(
+            "job_id", "level", "chunk", "series", name=op.f("pk_rollup_columns")
+        ),
+    )
+    _backfill()
+
+
+def _backfill() -> None:
+    """Chunks for the buckets stored before this revision (later ones are kept at
+    ingestion); ~1 s per million steps. Reads work without them, only slower."""
+    from training_platform.history.rollup_columns import rebuild_chunks
+
+    session = Session(bind=op.get_bind())
+    job_ids = session.scalars(sa.text("SELECT DISTINCT job_id FROM metric_rollups")).all()
+    for job_id in job_ids:
+        rebuild_chunks(session, job_id)
+    session.flush()
+
+
+def downgrade() -> None:
+    op.drop_table("rollup_columns")
