@@ -18,7 +18,6 @@ from sqlalchemy import inspect, text
 from tests.conftest import BACKENDS
 from training_platform.api.main import create_app
 from training_platform.callbacks.wire_records import build_record
-from training_platform.history.rollups import refresh_rollups
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
 from training_platform.store.database import (
@@ -274,8 +273,7 @@ def test_0008_stores_the_sealed_chunks_of_existing_buckets(empty_database_url: s
         with factory() as session:
             session.add(Job(job_id="run1", created_at=0.0))
             session.flush()
-            upsert_metrics(session, job_id="run1", records=records, received_at=1.0)
-            refresh_rollups(session, job_id="run1", records=records)
+            upsert_metrics(session, job_id="run1", records=records, received_at=1.0)  # + rollups
             session.commit()
         with engine.connect() as connection:
             stored = [(*row[:3], bytes(row[3])) for row in connection.execute(select_chunks)]

@@ -22,7 +22,7 @@ from training_platform.callbacks.wire_records import build_record, normalize_rec
 from training_platform.history import rollup_columns, series_query
 from training_platform.history.bucket_reads import read_stored_buckets
 from training_platform.history.rollup_columns import CHUNK, rebuild_chunks
-from training_platform.history.rollups import WIDTHS, refresh_rollups
+from training_platform.history.rollups import WIDTHS
 from training_platform.history.series_query import downsampled_history
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.store.models import Job
@@ -59,8 +59,7 @@ def _store(factory: sessionmaker[Session], records: list[dict[str, Any]], batch:
             session.flush()
         for start in range(0, len(records), batch):
             part = records[start : start + batch]
-            upsert_metrics(session, job_id=JOB, records=part, received_at=1.0)
-            refresh_rollups(session, job_id=JOB, records=part)
+            upsert_metrics(session, job_id=JOB, records=part, received_at=1.0)  # + rollups
         session.commit()
 
 

@@ -58,7 +58,7 @@ from training_platform.store.metric_rows import (
     TIMESTAMP_POSITION,
     row_to_record,
 )
-from training_platform.store.models import MetricRollup, TrainingMetric
+from training_platform.store.models import ROLLUP_LEVELS, MetricRollup, TrainingMetric
 
 logger = logging.getLogger(__name__)
 # What a stored bucket is read as (see `_bucket`).
@@ -72,7 +72,7 @@ _BUCKET_COLUMNS: Final = (
 )
 
 FANOUT: Final = 4
-WIDTHS: Final = tuple(32 * FANOUT**level for level in range(8))
+WIDTHS: Final = tuple(32 * FANOUT**level for level in range(ROLLUP_LEVELS))
 _IN_CHUNK: Final = 500  # keys per IN (...) list: well under every driver's parameter limit
 _PAGE: Final = 5_000  # rows per query when reading raw rows
 

@@ -18,6 +18,7 @@ from training_platform.callbacks.wire import validate_job_id
 from training_platform.errors import JobNotFoundError
 from training_platform.store.database import dialect_insert
 from training_platform.store.models import (
+    ROLLUP_LEVELS,
     STALLED,
     Anomaly,
     DeletedJob,
@@ -200,28 +201,29 @@ def _health_sql(anomalies: Subquery) -> ColumnElement[str]:
 def _summaries(
     session: Session, job_ids: list[str] | None, order: tuple[Any, ...]
 ) -> list[JobSummary]:
-    """Summaries of `job_ids` (None: every job), in `order`, in one query."""
-    metrics = select(
-        TrainingMetric.job_id,
-        func.count().label("n"),
-        func.max(TrainingMetric.step).label("latest"),
-    ).group_by(TrainingMetric.job_id)
-    anomaly_counts = _anomaly_counts(job_ids)
-    if job_ids is not None:
-        metrics = metrics.where(TrainingMetric.job_id.in_(job_ids))
-    grouped, anomalies = metrics.subquery(), anomaly_counts.subquery()
+    """Summaries of `job_ids` (None: every job), in `order`, in one query (two
+    when some job's buckets lag behind its rows)."""
+    latest = (
+        select(func.max(TrainingMetric.step))
+        .where(TrainingMetric.job_id == Job.job_id)
+        .correlate(Job)
+        .scalar_subquery()
+    )
+    rolled = _rolled_up_figures(job_ids).subquery()
+    anomalies = _anomaly_counts(job_ids).subquery()
     query = (
         select(
             Job,
-            grouped.c.n,
-            grouped.c.latest,
+            rolled.c.n,
+            rolled.c.latest,
+            latest,
             anomalies.c.n,
             anomalies.c.critical,
             anomalies.c.warning,
             SyncState,
             RunFile,
         )
-        .outerjoin(grouped, grouped.c.job_id == Job.job_id)
+        .outerjoin(rolled, rolled.c.job_id == Job.job_id)
         .outerjoin(anomalies, anomalies.c.job_id == Job.job_id)
         # The metrics file's counters: what the jobs list shows as the job's sync.
         .outerjoin(SyncState, (SyncState.job_id == Job.job_id) & (SyncState.kind == "metrics"))
@@ -230,12 +232,51 @@ def _summaries(
     )
     if job_ids is not None:
         query = query.where(Job.job_id.in_(job_ids))
+    found = session.execute(query).all()
+    # The buckets' count is the rows' whenever they cover the newest row, as
+    # ingestion keeps them (same transaction); otherwise count the rows.
+    lagging = [job.job_id for job, _, rolled_latest, last, *_ in found if rolled_latest != last]
+    counted = _row_counts(session, lagging) if lagging else {}
     return [
         JobSummary(
-            job, n or 0, latest, n_anomalies or 0, sync, int(critical or 0), int(warn or 0), run
+            job,
+            counted.get(job.job_id, n or 0),
+            last,
+            n_anomalies or 0,
+            sync,
+            int(critical or 0),
+            int(warn or 0),
+            run,
         )
-        for job, n, latest, n_anomalies, critical, warn, sync, run in session.execute(query)
+        for job, n, _, last, n_anomalies, critical, warn, sync, run in found
     ]
+
+
+def _rolled_up_figures(job_ids: list[str] | None) -> Select[str, int, int]:
+    """Per job: its rows and newest step as its top-level buckets count them (a
+    bucket per ~half a million steps), where counting the rows themselves cost
+    ~300 ms per million and the jobs list polls (docs/benchmarks.md, History)."""
+    query = (
+        select(
+            MetricRollup.job_id,
+            func.sum(MetricRollup.row_count).label("n"),
+            func.max(MetricRollup.last_step).label("latest"),
+        )
+        .where(MetricRollup.level == ROLLUP_LEVELS - 1)
+        .group_by(MetricRollup.job_id)
+    )
+    if job_ids is not None:
+        query = query.where(MetricRollup.job_id.in_(job_ids))
+    return query
+
+
+def _row_counts(session: Session, job_ids: list[str]) -> dict[str, int]:
+    rows = session.execute(
+        select(TrainingMetric.job_id, func.count())
+        .where(TrainingMetric.job_id.in_(job_ids))
+        .group_by(TrainingMetric.job_id)
+    )
+    return {job_id: int(n) for job_id, n in rows}
 
 
 def delete_job(session: Session, job_id: str) -> None:

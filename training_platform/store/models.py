@@ -263,6 +263,11 @@ class DeletedJob(Base):
     deleted_at: Mapped[float] = mapped_column(Float)
 
 
+# Levels of `metric_rollups` (history/rollups.py WIDTHS: 32 steps, then 4x per
+# level). The top level's few buckets count a job's rows (store/jobs.py).
+ROLLUP_LEVELS: Final = 8
+
+
 class MetricRollup(Base):
     """One downsampling bucket (history/rollups.py).
 
