@@ -178,6 +178,41 @@ def test_beyond_the_exact_limit_smoothing_runs_over_the_buckets(
         assert line == pytest.approx([reference[last] for last in entry["last_steps"]])
 
 
+@pytest.mark.parametrize("smoothing", ["smoothing=0.95", "window=25"])
+def test_a_range_is_smoothed_as_the_whole_run_is(
+    client: TestClient, metrics_dir: Path, smoothing: str
+) -> None:
+    """A zoomed chart asks for a range: its smoothed line must continue the whole
+    run's, not start again at the range's first step."""
+    write_run(metrics_dir, "z", loss_run(600, value=lambda s: math.sin(s / 7) + (s > 300)))
+    sync(client, "z")
+    (whole,) = compare(client, f"jobs=z&{smoothing}&max_points=1000")["jobs"]
+    at_step = dict(zip(whole["steps"], whole["series"]["loss.actor_loss"]["smoothed"], strict=True))
+    for query in ("start_step=301&end_step=420", "start_step=301&end_step=599&max_points=50"):
+        (zoomed,) = compare(client, f"jobs=z&{smoothing}&{query}")["jobs"]
+        assert zoomed["smoothing_exact"] is True and zoomed["start_step"] == 301
+        ends = zoomed["last_steps"] if zoomed["downsampled"] else zoomed["steps"]
+        line = zoomed["series"]["loss.actor_loss"]["smoothed"]
+        assert line == pytest.approx([at_step[step] for step in ends])
+
+
+def test_over_the_buckets_a_range_starts_from_the_run_before_it(
+    settings: Settings, metrics_dir: Path
+) -> None:
+    write_run(metrics_dir, "bz", loss_run(2000, value=lambda s: 3.0 if s < 1000 else 1.0))
+    limited = settings.model_copy(update={"compare_exact_smoothing_rows": 100})
+    with TestClient(create_app(limited)) as client:
+        sync(client, "bz")
+        (entry,) = compare(client, "jobs=bz&smoothing=0.99&start_step=1000&max_points=50")["jobs"]
+        assert entry["smoothing_exact"] is False
+        line = entry["series"]["loss.actor_loss"]["smoothed"]
+        # Equal values per bucket: exact here. Started afresh at step 1000, the
+        # line would be 1.0 throughout.
+        reference = ema([3.0 if s < 1000 else 1.0 for s in range(2000)], 0.99)
+        assert line == pytest.approx([reference[last] for last in entry["last_steps"]])
+        assert line[0] > 2.5  # 1 + 2 * 0.99**20 after the first bucket of 20 steps
+
+
 def test_runs_with_disjoint_metrics_compare_without_error(
     client: TestClient, metrics_dir: Path
 ) -> None:

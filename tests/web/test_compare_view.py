@@ -256,6 +256,51 @@ def test_hover_smoothing_x_axis_and_picker_follow_the_url(
     assert page.locator(".cmp-chart").count() == 1
 
 
+def test_a_zoom_on_steps_asks_for_that_range_at_full_detail(
+    compare_server: LiveServer, page: Any
+) -> None:
+    """Downsampled whole runs; a drag over a few hundred steps draws every step of
+    them (the server's exact answer for that range), a double-click goes back."""
+    compare_server.write_records("cmp-long", [reward_record(s, float(s)) for s in range(3_000)])
+    compare_server.sync("cmp-long")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    open_compare(page, compare_server, "jobs=cmp-long,cmp-a&fields=reward.mean&smoothing=0.5")
+    wait_chart(page, "reward.mean", 2)
+    whole = chart_data(page, "reward.mean")[0]
+    assert len(whole) < 3_000  # points of several steps each
+
+    box = page.locator('.cmp-chart[data-key="reward.mean"] .u-over').bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.40, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.45, y, steps=5)
+    page.mouse.up()
+    page.wait_for_function(
+        "() => document.querySelector('#compare-zoom').textContent.endsWith('every step')"
+    )
+    assert any("/api/compare?" in url and "start_step=" in url for url in asked)
+    data = chart_data(page, "reward.mean")
+    xs, raw_long, smoothed_long = data[0], data[1], data[5]  # cmp-long's min, its line
+    lo, hi = xs[0], xs[-1]
+    assert 1_000 <= lo < hi <= 1_500 and xs == list(range(lo, hi + 1))
+    assert raw_long == pytest.approx(xs)  # each step's own value, no bucket of several
+    # The smoothing continues the whole run's (EMA 0.5 of s: s - 1 once settled),
+    # not started again at the zoom's left edge (which would give lo there).
+    assert smoothed_long[0] == pytest.approx(lo - 1, abs=1e-6)
+    page.screenshot(path=str(ARTIFACTS / "compare_zoom_detail.png"))
+
+    page.dblclick('.cmp-chart[data-key="reward.mean"] .u-over')
+    page.wait_for_function(
+        "() => document.querySelector('#compare-zoom').textContent === 'whole runs'"
+    )
+    page.wait_for_function(
+        """(n) => document.querySelector('.cmp-chart[data-key="reward.mean"]').chart.plot
+            .data[0].length === n""",
+        arg=len(whole),
+    )
+
+
 def test_a_running_run_keeps_drawing(compare_server: LiveServer, page: Any) -> None:
     open_compare(page, compare_server, "jobs=cmp-a,cmp-live&smoothing=0.5&fields=reward.mean")
     wait_chart(page, "reward.mean", 2)

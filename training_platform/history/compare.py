@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from training_platform.history.downsample import finite_time, series_values
@@ -23,7 +23,6 @@ from training_platform.history.smoothing import (
     ExactSmoother,
     Smoothing,
     smooth_buckets,
-    smooth_values,
 )
 from training_platform.store.models import TrainingMetric
 
@@ -32,6 +31,7 @@ MAX_COMPARED: Final = 20
 # Token counts, best first: TRL's running total, then verl's per-step count.
 TOKEN_SERIES: Final = (("extra.num_tokens", True), ("extra.perf/total_num_tokens", False))
 _FIRST_ROWS: Final = 100  # rows looked at for a run's first timestamp
+_WARM_UP_POINTS: Final = 2_000  # buckets of the run before a range, to start its smoothing
 
 
 def compare_histories(
@@ -142,23 +142,33 @@ def tokens_before(session: Session, job_id: str, key: str, step: int) -> float:
 def smooth_series(
     session: Session, job_id: str, body: dict[str, Any], smoothing: Smoothing, exact_rows: int
 ) -> bool:
-    """Add `smoothed` to each series of `body`; True when computed from every record."""
+    """Add `smoothed` to each series of `body`; True when computed from every record.
+
+    The smoothing is the run's, as it stands at each point, whatever the range:
+    it starts at the run's first record, not at `start_step`, so a zoomed
+    chart's line continues the whole run's line instead of starting again at
+    its left edge.
+    """
     series: dict[str, dict[str, list[Any]]] = body["series"]
     if not series:
         return True
-    if not body["downsampled"]:  # the answer holds every record of the range
-        for columns in series.values():
-            columns["smoothed"] = smooth_values(columns["values"], smoothing)
-        return True
     lo, hi = body["start_step"], body["end_step"]
-    if count_up_to(session, job_id, lo, hi, exact_rows + 1) > exact_rows:
-        spans = _spans(body)
-        for columns in series.values():
-            columns["smoothed"] = smooth_buckets(columns["mean"], spans, smoothing)
+    first = _first_step(session, job_id)
+    start = lo if first is None else min(first, lo)
+    if count_up_to(session, job_id, start, hi, exact_rows + 1) > exact_rows:
+        column = "mean" if body["downsampled"] else "values"
+        before = _buckets_before(session, job_id, start, lo, list(series))
+        spans = [span for span, _ in before] + _spans(body)
+        for key, columns in series.items():
+            means = [means_of.get(key) for _, means_of in before] + list(columns[column])
+            smoothed = smooth_buckets([finite_time(mean) for mean in means], spans, smoothing)
+            columns["smoothed"] = smoothed[len(before) :]
         return False
     smoothers = {key: ExactSmoother(smoothing) for key in series}
     lines: dict[str, list[float | None]] = {key: [] for key in series}
-    ends: list[int] = body["last_steps"]
+    # A point's value is the smoothing after its last record (its only one
+    # when the answer is exact).
+    ends: list[int] = body["last_steps"] if body["downsampled"] else body["steps"]
     point = 0
 
     def close_points_before(step: int | None) -> None:
@@ -168,7 +178,7 @@ def smooth_series(
                 lines[key].append(smoother.value)
             point += 1
 
-    for record in raw_rows(session, job_id, lo, hi):
+    for record in raw_rows(session, job_id, start, hi):
         close_points_before(record["step"])
         values = series_values(record)
         for key, smoother in smoothers.items():
@@ -178,6 +188,31 @@ def smooth_series(
     for key, columns in series.items():
         columns["smoothed"] = lines[key]
     return True
+
+
+def _first_step(session: Session, job_id: str) -> int | None:
+    return session.scalar(
+        select(func.min(TrainingMetric.step)).where(TrainingMetric.job_id == job_id)
+    )
+
+
+def _buckets_before(
+    session: Session, job_id: str, start: int, lo: int, keys: list[str]
+) -> list[tuple[int, dict[str, Any]]]:
+    """The run before the range as (span, mean per series) buckets, to start the
+    smoothing over buckets where the run starts (nothing when the range does)."""
+    if lo <= start:
+        return []
+    answer = downsampled_history(
+        session, job_id=job_id, start_step=start, end_step=lo - 1, max_points=_WARM_UP_POINTS,
+        fields=frozenset(keys),
+    )  # fmt: skip
+    column = "mean" if answer["downsampled"] else "values"
+    means = [
+        {key: columns[column][i] for key, columns in answer["series"].items()}
+        for i in range(len(answer["steps"]))
+    ]
+    return list(zip(_spans(answer), means, strict=True))
 
 
 def _spans(answer: Mapping[str, Any]) -> list[int]:

@@ -72,16 +72,6 @@ class ExactSmoother:
         return self._sum / len(self._window)
 
 
-def smooth_values(values: Sequence[object], smoothing: Smoothing) -> list[float | None]:
-    """The smoothed line after each value (an exact answer: one value per point)."""
-    smoother = ExactSmoother(smoothing)
-    out: list[float | None] = []
-    for value in values:
-        smoother.add(value)
-        out.append(smoother.value)
-    return out
-
-
 def smooth_buckets(
     means: Sequence[float | None],
     spans: Sequence[int],

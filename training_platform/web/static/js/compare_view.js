@@ -8,7 +8,10 @@
 // does, live.js), its new records appended as exact points with the smoothing
 // continued from the last smoothed value (compare_logic.js). A change of the x axis
 // or of the smoothing asks the server again; the charts shown (`fields`) are the
-// reader's, from the union of the runs' metrics.
+// reader's, from the union of the runs' metrics. A zoom on the step axis asks the
+// server for that range at full detail (`start_step`/`end_step`, the smoothing still
+// the whole run's), as the run view does; on the time and token axes, whose x the
+// server cannot turn into one step range for every run, a zoom magnifies the points.
 //
 // Everything the view is showing lives in the URL, so a comparison is a link. An
 // unknown run makes the API refuse the whole request (404 naming it): the message is
@@ -55,6 +58,9 @@ export class CompareView {
     this.loading = 0;
     this.stopped = false;
     this.range = null;
+    this.detail = null; // the runs as asked for the zoomed range (x = step), or null
+    this.detailAsked = 0; // bumped by every zoom: an older range's answer is dropped
+    this.zoomDetail = debounce((range) => this.fetchDetail(range), 150);
     this.redraw = frameThrottle(() => this.drawCharts());
     this.redrawRuns = frameThrottle(() => this.showRuns());
     this.reloadSoon = debounce(() => this.load(), 500);
@@ -207,8 +213,43 @@ export class CompareView {
 
   zoom(range) {
     this.range = range;
+    this.detailAsked += 1;
+    const hadDetail = Boolean(this.detail);
+    this.detail = null;
     for (const chart of this.charts.values()) chart.setRange(range);
     this.zoomLabel.textContent = range ? "zoomed" : "whole runs";
+    if (range && this.state.x === "step") this.zoomDetail(range);
+    else if (hadDetail) this.drawCharts(); // back to the whole runs' points
+  }
+
+  /** The zoomed steps at full detail (at most a point per pixel, as the whole runs). */
+  async fetchDetail(range) {
+    const asked = this.detailAsked;
+    const lo = Math.max(0, Math.floor(range[0]));
+    const hi = Math.ceil(range[1]);
+    if (!(hi >= lo)) return;
+    this.zoomLabel.textContent = `steps ${fmtStep(lo)}–${fmtStep(hi)}…`;
+    let body;
+    try {
+      body = await api(`/compare?${compareApiQuery(this.state, pointBudget())}&start_step=${lo}&end_step=${hi}`);
+    } catch (error) {
+      if (asked === this.detailAsked && !this.stopped) this.zoomLabel.textContent = `zoomed (no detail: ${error.message})`;
+      return;
+    }
+    if (asked !== this.detailAsked || this.stopped) return; // zoomed again, or reset, meanwhile
+    const whole = new Map(this.runs.map((run) => [run.jobId, run]));
+    this.detail = body.jobs.map((entry) => {
+      const run = runFromCompare(entry);
+      const known = whole.get(run.jobId);
+      run.label = known ? known.label : runLabel(entry);
+      run.color = known ? known.color : runColors([run.jobId]).get(run.jobId);
+      run.timeOrigin = known ? known.timeOrigin : timeOrigin(run);
+      return run;
+    });
+    const widest = Math.max(1, ...body.jobs.map((entry) => (entry.downsampled ? entry.bucket_steps : 1)));
+    this.zoomLabel.textContent = `steps ${fmtStep(lo)}–${fmtStep(hi)} · `
+      + (widest > 1 ? `up to ${fmtStep(widest)} steps per point` : "every step");
+    this.drawCharts();
   }
 
   // --- loading ----------------------------------------------------------------------------
@@ -257,7 +298,9 @@ export class CompareView {
     });
     this.union = metricUnion(this.runs);
     this.showRuns();
+    this.detail = null;
     this.drawCharts();
+    if (this.range) this.zoom(this.range); // e.g. the smoothing changed: its detail again
     this.loadConfig(mine);
     this.startStreams();
   }
@@ -393,7 +436,7 @@ export class CompareView {
       }
       this.grid.append(chart.root); // (re)appended in the chosen order
       if (this.range) chart.range = this.range;
-      chart.update(this.runs);
+      chart.update(this.detail || this.runs);
     }
     if (this.runs.length) {
       this.chartsNote.textContent = fields.length ? "" : "No chart: add a metric from the picker above.";
@@ -518,7 +561,15 @@ export class CompareView {
 
   append(run, record) {
     const values = flattenRecord(record);
-    appendLive(run, record, values, { mode: this.state.x, weight: this.state.smoothing, window: this.state.window });
+    const options = { mode: this.state.x, weight: this.state.smoothing, window: this.state.window };
+    appendLive(run, record, values, options);
+    // A live record inside the zoomed range joins its detail too.
+    const zoomed = this.detail && this.detail.find((detail) => detail.jobId === run.jobId);
+    const after = zoomed ? lastStepOf(zoomed) : null;
+    const inside = zoomed && record.step >= this.range[0] && record.step <= this.range[1];
+    if (inside && (after === null || record.step > after)) {
+      appendLive(zoomed, record, values, options);
+    }
     if (Object.keys(values).some((key) => !this.union.includes(key))) this.union = metricUnion(this.runs);
     this.redraw();
     this.redrawRuns();
