@@ -169,6 +169,26 @@ def test_playback_runs_to_completion_at_speed_10(live_server: LiveServer, page: 
     _wait_step(page, "losses", 59)
     assert page.evaluate(COUNT_LINE_PIXELS, '.chart[data-chart="losses"]') > 50
 
+    # Seeking once it is over (its socket closed) plays the range again from there,
+    # keeping the steps before it: the charts end up whole, not cut at the seek.
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
+    page.evaluate(
+        """() => { window.playbackStates = [];
+            const el = document.querySelector('#playback-state');
+            new MutationObserver(() => window.playbackStates.push(el.dataset.state))
+                .observe(el, { attributes: true, attributeFilter: ['data-state'] }); }"""
+    )
+    page.fill("#playback-seek", "30")
+    page.click("text=Go")
+    page.wait_for_function("() => window.playbackStates.slice(-1)[0] === 'complete'")
+    assert "starting" in page.evaluate("() => window.playbackStates")
+    assert [url for url in sockets if "/playback" in url]
+    steps = page.evaluate(
+        """() => document.querySelector('.chart[data-chart="losses"]').chart.plot.data[0]"""
+    )
+    assert steps == list(range(60))
+
 
 def test_playback_pauses_resumes_and_seeks(live_server: LiveServer, page: Any) -> None:
     live_server.write_records("controls", [make_record(step) for step in range(200)])

@@ -70,12 +70,21 @@ export class PlaybackView {
     this.socket = null;
   }
 
-  play() {
+  /**
+   * Play the chosen range from its start; or, with `seekTo` (a seek after the
+   * playback ended and its socket closed), play it again from that step, keeping
+   * the records before it: the server is asked to seek as soon as the socket opens,
+   * and records before the step that arrive meanwhile are dropped (they are held).
+   */
+  play({ seekTo = null } = {}) {
     this.closeSocket();
-    this.columns = new Columns();
-    this.board.setColumns(this.columns);
-    this.showAnomalies();
-    this.loadAnomalies();
+    this.resumeFrom = seekTo;
+    if (seekTo === null) {
+      this.columns = new Columns();
+      this.board.setColumns(this.columns);
+      this.showAnomalies();
+      this.loadAnomalies();
+    }
     const params = { speed: this.speedInput.value || "1" };
     if (this.startInput.value !== "") params.start_step = this.startInput.value;
     if (this.endInput.value !== "") params.end_step = this.endInput.value;
@@ -86,6 +95,7 @@ export class PlaybackView {
     this.socket = socket;
     this.paused = false;
     this.setState("starting");
+    if (seekTo !== null) socket.onopen = () => socket.send(JSON.stringify({ action: "seek", step: seekTo }));
     socket.onmessage = (event) => this.onMessage(JSON.parse(event.data));
     socket.onclose = (event) => {
       if (this.socket !== socket) return;
@@ -128,6 +138,10 @@ export class PlaybackView {
 
   onRecord(message) {
     const record = message.data;
+    if (this.resumeFrom !== null && this.resumeFrom !== undefined) {
+      if (record.step < this.resumeFrom) return; // played again before the seek took: held
+      this.resumeFrom = null;
+    }
     const last = this.columns.lastStep;
     if (last !== null && record.step <= last) {
       // After a seek backwards: drop what comes again.
@@ -164,10 +178,12 @@ export class PlaybackView {
 
   seek(step) {
     if (!Number.isFinite(step)) return;
-    this.columns = this.columns.slice(null, step - 1);
+    const target = Math.round(step);
+    this.columns = this.columns.slice(null, target - 1);
     this.board.setColumns(this.columns);
     this.showAnomalies();
-    this.send({ action: "seek", step: Math.round(step) });
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) this.send({ action: "seek", step: target });
+    else if (this.info) this.play({ seekTo: target }); // it ended: play again from there
   }
 
   /** The job's stored anomalies (platform and callback); shown as the playback reaches them. */
