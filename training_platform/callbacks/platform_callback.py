@@ -324,8 +324,7 @@ class PlatformCallback(Callback):
             steps.merge(open_step, metrics)
         elif steps.last is not None and steps.last.step == step:
             # Late metrics for a step already written: rewrite it with the union.
-            amended = steps.amend(metrics)
-            self._submit(("amend", step, amended.metrics, amended.ended_at, amended.anomalies))
+            self._submit(("amend", steps.amend(metrics)))
         else:
             self._commit()
             open_step = steps.open = OpenStep(step)
@@ -335,8 +334,8 @@ class PlatformCallback(Callback):
         done = self._steps.take()
         if done is None:
             return
-        # `finite`: the writer may skip its NaN/Inf scan (see `OpenStep.finite`).
-        self._submit(("step", done.step, done.metrics, done.ended_at, done.anomalies, done.finite))
+        # The step itself: the writer reads its metrics and flags (`OpenStep.finite`).
+        self._submit(("step", done))
         if done.alarming:
             # NaN/Inf or an explicit anomaly (rare): wait until the writer has
             # checked and written this step, so that the status file says

@@ -4,11 +4,12 @@
 one thread at a time: inline (`InlineSink`) or by a background thread
 (`ThreadSink`). Commands are plain tuples:
 
-- ``("step", step, metrics, timestamp, anomalies, finite)``: build, check, write
-  a line (`finite`: the training thread saw every value finite, so the
-  detectors skip their NaN/Inf scan);
-- ``("amend", step, metrics, timestamp, anomalies)``: rewrite a written step
-  with late metrics (no detector pass: its anomalies are carried over);
+- ``("step", open_step)``: build, check, write a line for a closed
+  `step_metrics.OpenStep` (the training thread no longer touches it; when it
+  saw every value a finite float or int, `finite`, the record is built
+  without a type scan and the detectors skip their NaN/Inf scan);
+- ``("amend", open_step)``: rewrite a written step with late metrics (no
+  detector pass: its anomalies are carried over);
 - ``("samples", step, first_index, timestamp, columns, done)``: one line per
   generated sample into the samples file (`samples.sample_lines`);
 - ``("fsync",)`` and ``("close",)``.
@@ -44,8 +45,9 @@ from training_platform.callbacks.anomaly import SEVERITY_RANK, AnomalyMonitor
 from training_platform.callbacks.base import StopTraining, report_failure
 from training_platform.callbacks.line_file import LineFile
 from training_platform.callbacks.samples import SampleColumns, sample_lines
+from training_platform.callbacks.step_metrics import OpenStep
 from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire_records import build_step_record
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ FsyncPolicy = Literal["never", "end", "always"] | float
 _ALERT: Final = SEVERITY_RANK["warning"]
 # Lines gathered before one os.write: bounds the memory and the delay of a batch.
 _BATCH_LINES: Final = 256
+_LINE: Final = orjson.OPT_APPEND_NEWLINE
 
 
 class RecordWriter:
@@ -113,8 +116,10 @@ class RecordWriter:
         """Carry out one command; failures are logged once and never raised."""
         kind = command[0]
         try:
-            if kind == "step" or kind == "amend":
-                self._write_step(*command[1:], detect=kind == "step")
+            if kind == "step":
+                self._write_step(command[1], True)
+            elif kind == "amend":
+                self._write_step(command[1], False)
             elif kind == "samples":
                 try:
                     self._write_samples(*command[1:5])
@@ -143,17 +148,11 @@ class RecordWriter:
 
     # -- metrics file ------------------------------------------------------
 
-    def _write_step(
-        self,
-        step: int,
-        metrics: Mapping[str, Any],
-        timestamp: float | None,
-        anomalies: list[Mapping[str, Any]],
-        finite: bool = False,
-        *,
-        detect: bool,
-    ) -> None:
-        record = build_record(step, metrics, timestamp=timestamp, anomalies=anomalies or None)
+    def _write_step(self, done: OpenStep, detect: bool) -> None:
+        step, finite = done.step, done.finite
+        # A step the training thread saw all finite floats and ints: no type scan.
+        ints = done.ints if finite else None
+        record = build_step_record(step, done.metrics, done.ended_at, done.anomalies, ints)
         if detect:
             found = self.monitor.check(record, finite=finite) if self.monitor is not None else []
             self._found = (step, found)
@@ -161,7 +160,11 @@ class RecordWriter:
             found = self._found[1] if self._found[0] == step else []
         if found:
             record.setdefault("anomalies", []).extend(found)
-        self._append(encode_record(record))
+        try:  # known finite: no NaN/Inf for `encode_record` to look for
+            line = orjson.dumps(record, option=_LINE) if finite else encode_record(record)
+        except orjson.JSONEncodeError:  # e.g. a lone surrogate in an anomaly's message
+            line = encode_record(record)
+        self._append(line)
         step = record["step"]
         self.last_step = step
         if self._lowest_step is None or step < self._lowest_step:

@@ -6,8 +6,9 @@ one sensible scalar (a 0-d or one-element tensor or array, a numpy scalar, a
 one-element list) and drops what has none (a string, a multi-element tensor),
 logging one warning per key. It also tells the caller whether the step holds
 a NaN or an infinity, so that the callback can put that anomaly on disk before
-the hook returns, and whether every value is known to be finite, so that the
-writer thread need not scan the record for NaN/Inf a second time.
+the hook returns, and whether every value is known to be a finite float (or
+int), so that the writer thread need not scan the record for NaN/Inf or for
+types a second time.
 `StepBuffer` holds a callback's open step and the last one it handed on.
 """
 
@@ -22,6 +23,7 @@ from training_platform.callbacks.wire import INT64_MAX, NONFINITE_VALUES, to_sca
 
 logger = logging.getLogger(__name__)
 
+_FLOATS: Final = frozenset((float,))
 _PLAIN: Final = frozenset((float, int))
 _DROP: Final = object()
 
@@ -29,7 +31,7 @@ _DROP: Final = object()
 class OpenStep:
     """Metrics gathered for a step that has not been written yet."""
 
-    __slots__ = ("alarming", "anomalies", "ended_at", "finite", "metrics", "step")
+    __slots__ = ("alarming", "anomalies", "ended_at", "finite", "ints", "metrics", "step")
 
     def __init__(self, step: int) -> None:
         self.step = step
@@ -43,6 +45,9 @@ class OpenStep:
         # `wire` turns an int beyond 64 bits into a float): the writer then
         # skips its NaN/Inf scan. False whenever that was not checked cheaply.
         self.finite = True
+        # Some value merged is an int, its 64-bit range unchecked (with `finite`,
+        # the writer's flat record builder checks only that, not the types).
+        self.ints = False
 
 
 def scalar_value(value: Any) -> Any:
@@ -83,7 +88,11 @@ class MetricsMerger:
         plain numbers now, and an ``"anomalies"`` list goes to its anomalies."""
         target = into.metrics
         values = metrics.values()
-        if _PLAIN.issuperset(map(type, values)):  # the common case, in C
+        # The common case, in C: all floats; or floats and ints (`OpenStep.ints`).
+        plain = _FLOATS.issuperset(map(type, values))
+        if not plain and _PLAIN.issuperset(map(type, values)):
+            plain = into.ints = True
+        if plain:
             target.update(metrics)
             try:
                 # From 0.0: every int is converted to a float as it is added,
@@ -192,6 +201,7 @@ class StepBuffer:
         amended.metrics = {k: dict(v) if type(v) is dict else v for k, v in last.metrics.items()}
         amended.anomalies = list(last.anomalies)
         amended.ended_at = last.ended_at
+        amended.finite, amended.ints = last.finite, last.ints  # of the values copied
         self._merger.merge(amended, metrics)
         self.last = amended
         return amended

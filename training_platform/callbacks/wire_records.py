@@ -61,8 +61,10 @@ def _step(value: Any) -> int:
 
 
 def _timestamp(value: Any) -> float | None:
-    if value is None:
-        return None
+    return None if value is None else _seconds(value)
+
+
+def _seconds(value: Any) -> float:
     number = _number(value)
     if number is None or not math.isfinite(number):
         raise RecordError(f"timestamp must be Unix seconds, got {value!r}")
@@ -202,15 +204,29 @@ def build_record(
     keys land in their group, everything else in ``extra``. `timestamp`
     defaults to now.
     """
-    record: dict[str, Any] = {
-        "step": step if type(step) is int and 0 <= step <= MAX_STEP else _step(step),
-        "timestamp": time.time()
+    return build_step_record(step, metrics, timestamp, anomalies)
+
+
+def build_step_record(
+    step: Any,
+    metrics: Mapping[str, Any] | None,
+    timestamp: float | None,
+    anomalies: Iterable[Mapping[str, Any]] | None,
+    ints: bool | None = None,
+) -> dict[str, Any]:
+    """`build_record`, positionally; `ints` as `flat_record`'s (the callback's
+    writer passes what its training thread found: `OpenStep.ints`)."""
+    step = step if type(step) is int and 0 <= step <= MAX_STEP else _step(step)
+    when = (
+        time.time()
         if timestamp is None
         else timestamp
         if type(timestamp) is float and timestamp - timestamp == 0.0
-        else _timestamp(timestamp),
-    }
-    if not (metrics and _build_flat(record, metrics)):
+        else _seconds(timestamp)
+    )
+    record = flat_record(step, when, metrics, ints) if metrics else None
+    if record is None:
+        record = {"step": step, "timestamp": when}
         builder = _Builder()
         for key, value in (metrics or {}).items():
             if isinstance(value, Mapping):
@@ -224,54 +240,74 @@ def build_record(
 
 
 _FLAT_NUMBERS: Final = frozenset((float, int))
+FlatBuild = Callable[[int, float, Mapping[Any, Any]], dict[str, Any]]
 # Per key tuple (trainers log the same keys every step), a function that builds
-# the groups of a flat all-number metrics dict: the key table is consulted once
+# the record of a flat all-number metrics dict: the key table is consulted once
 # per layout, not once per key and step.
-_FLAT_BUILDERS: dict[tuple[Any, ...], Callable[[Mapping[Any, Any]], dict[str, Any]]] = {}
+_FLAT_BUILDERS: dict[tuple[Any, ...], FlatBuild] = {}
 _MAX_FLAT_BUILDERS: Final = 256
+# The last layout's keys and builder, one tuple (swapped whole: writer threads
+# of several callbacks may share it): a list compare is about half the cost of
+# hashing a fresh tuple of 20 keys for the dict lookup (docs/benchmarks.md, Callback).
+_last_layout: tuple[list[Any], FlatBuild | None] = ([], None)
 
 
-def _flat_builder(keys: tuple[Any, ...]) -> Callable[[Mapping[Any, Any]], dict[str, Any]]:
-    """Compile ``lambda m: {"loss": {"actor_loss": m["actor/pg_loss"], ...}, ...}``
-    for this key tuple. The layout comes from running the general builder once
-    on stand-in values (so the key table and its priorities decide, as always);
-    keys and fields enter the source only as `repr()` literals."""
+def _flat_builder(keys: tuple[Any, ...]) -> FlatBuild:
+    """Compile ``lambda s, t, m: {"step": s, "timestamp": t, "loss": {"actor_loss":
+    m["actor/pg_loss"], ...}, ...}`` for this key tuple. The layout comes from
+    running the general builder once on stand-in values (so the key table and
+    its priorities decide, as always); keys and fields enter the source only as
+    `repr()` literals."""
     builder = _Builder()
     for index, key in enumerate(keys):
         builder.put_flat(str(key), float(index))
     layout = dict(builder.groups)
     if builder.extra:
         layout["extra"] = builder.extra
-    groups = ", ".join(
-        f"{group!r}: {{"
+    groups = "".join(
+        f", {group!r}: {{"
         + ", ".join(f"{field!r}: m[{keys[int(index)]!r}]" for field, index in fields.items())
         + "}"
         for group, fields in layout.items()
     )
-    build: Callable[[Mapping[Any, Any]], dict[str, Any]] = eval(f"lambda m: {{{groups}}}")
+    build: FlatBuild = eval(f"lambda s, t, m: {{'step': s, 'timestamp': t{groups}}}")
     if len(_FLAT_BUILDERS) >= _MAX_FLAT_BUILDERS:  # keys that change every step: stay bounded
         _FLAT_BUILDERS.clear()
     _FLAT_BUILDERS[keys] = build
     return build
 
 
-def _build_flat(record: dict[str, Any], metrics: Mapping[Any, Any]) -> bool:
-    """The common case, a flat dict of Python floats and ints under string keys:
-    what the general builder produces, without its per-key work (see
-    docs/benchmarks.md, Callback). False (nothing done) for anything else."""
-    kinds = set(map(type, metrics.values()))
-    if not kinds <= _FLAT_NUMBERS:
-        return False
-    if int in kinds and not all(INT64_MIN <= value <= INT64_MAX for value in metrics.values()):
+def flat_record(
+    step: int, timestamp: float, metrics: Mapping[Any, Any], ints: bool | None = None
+) -> dict[str, Any] | None:
+    """The common case, a flat dict of Python floats and ints under string keys,
+    as a record of a valid `step` and `timestamp` (without anomalies): what the
+    general builder produces, without its per-key work (see docs/benchmarks.md,
+    Callback). None (nothing done) for anything else.
+
+    `ints`: the caller has checked that every value is a float or an int (the
+    callback's training thread does), and whether some are ints (True: their
+    range is still checked here); None: check the types here.
+    """
+    global _last_layout
+    if ints is None:
+        kinds = set(map(type, metrics.values()))
+        if not kinds <= _FLAT_NUMBERS:
+            return None
+        ints = int in kinds
+    if ints and not all(INT64_MIN <= value <= INT64_MAX for value in metrics.values()):
         metrics = {k: bounded_int(v) if type(v) is int else v for k, v in metrics.items()}
-    keys = tuple(metrics)
-    build = _FLAT_BUILDERS.get(keys)
-    if build is None:
-        if not all(type(key) is str for key in keys):
-            return False
-        build = _flat_builder(keys)
-    record.update(build(metrics))
-    return True
+    keys = list(metrics)
+    last_keys, build = _last_layout
+    if keys != last_keys or build is None:
+        key_tuple = tuple(keys)
+        build = _FLAT_BUILDERS.get(key_tuple)
+        if build is None:
+            if not all(type(key) is str for key in keys):
+                return None
+            build = _flat_builder(key_tuple)
+        _last_layout = keys, build
+    return build(step, timestamp, metrics)
 
 
 _GROUP_FIELD_SETS: Final = {group: frozenset(fields) for group, fields in GROUP_FIELDS.items()}
