@@ -18,6 +18,7 @@ from sqlalchemy import inspect, text
 from tests.conftest import BACKENDS
 from training_platform.api.main import create_app
 from training_platform.callbacks.wire_records import build_record
+from training_platform.history.series_query import downsampled_history
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
 from training_platform.store.database import (
@@ -286,5 +287,49 @@ def test_0008_stores_the_sealed_chunks_of_existing_buckets(empty_database_url: s
         with engine.connect() as connection:
             rebuilt = [(*row[:3], bytes(row[3])) for row in connection.execute(select_chunks)]
         assert rebuilt == stored
+    finally:
+        engine.dispose()
+
+
+def test_rows_stored_before_0002_get_their_buckets_and_chunks_at_head(
+    empty_database_url: str,
+) -> None:
+    """A database from revision 0001 with metrics upgrades to head, its history
+    downsampled from buckets like any other."""
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0001")
+    engine = make_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected,"
+                    " created_at) VALUES ('old', 'local', true, 'completed', false, 1.0)"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO training_metrics (job_id, step, timestamp, actor_loss,"
+                    " received_at, has_anomaly) VALUES ('old', :step, :ts, :loss, 1.0, false)"
+                ),
+                [{"step": s, "ts": 100.0 + s, "loss": 1.0 + s % 7} for s in range(3_000)],
+            )
+
+        command.upgrade(config, "head")
+
+        with engine.connect() as connection:
+            buckets = connection.execute(
+                text("SELECT count(*) FROM metric_rollups WHERE job_id = 'old' AND level = 0")
+            ).scalar()
+            chunks = connection.execute(
+                text("SELECT count(DISTINCT chunk) FROM rollup_columns WHERE job_id = 'old'")
+            ).scalar()
+        assert (buckets, chunks) == (94, 1)  # 3,000 steps of 32; one sealed chunk of 64
+        with make_session_factory(engine)() as session:
+            body = downsampled_history(
+                session, job_id="old", start_step=None, end_step=None, max_points=100
+            )
+        assert body["downsampled"] and body["count"] <= 100
+        assert max(body["series"]["loss.actor_loss"]["max"]) == 7.0
     finally:
         engine.dispose()

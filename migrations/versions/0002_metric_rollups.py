@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.orm import Session
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -37,18 +36,9 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("job_id", "level", "bucket", name=op.f("pk_metric_rollups")),
     )
-    _backfill()
-
-
-def _backfill() -> None:
-    """Buckets for the rows stored before this revision (later rows get theirs at ingestion)."""
-    from training_platform.history.rollups import rebuild_rollups
-
-    session = Session(bind=op.get_bind())
-    job_ids = session.scalars(sa.text("SELECT DISTINCT job_id FROM training_metrics")).all()
-    for job_id in job_ids:
-        rebuild_rollups(session, job_id=job_id)
-    session.flush()
+    # The buckets of rows stored before this revision are built by 0008, at
+    # head: building them here with today's code would write columns that
+    # later revisions add.
 
 
 def downgrade() -> None:

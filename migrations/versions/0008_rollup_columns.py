@@ -41,13 +41,24 @@ def upgrade() -> None:
 
 
 def _backfill() -> None:
-    """Chunks for the buckets stored before this revision (later ones are kept at
-    ingestion); ~1 s per million steps. Reads work without them, only slower."""
+    """Buckets for jobs whose rows have none (rows stored before revision 0002,
+    whose backfill moved here: it runs today's code, which needs today's
+    columns), then chunks for every job's buckets (later ones are kept at
+    ingestion); ~1 s per million steps. Reads work without chunks, only slower."""
     from training_platform.history.rollup_columns import rebuild_chunks
+    from training_platform.history.rollups import rebuild_rollups
 
     session = Session(bind=op.get_bind())
+    unrolled = session.scalars(
+        sa.text(
+            "SELECT DISTINCT job_id FROM training_metrics t WHERE NOT EXISTS"
+            " (SELECT 1 FROM metric_rollups r WHERE r.job_id = t.job_id)"
+        )
+    ).all()
+    for job_id in unrolled:
+        rebuild_rollups(session, job_id=job_id)  # and its chunks
     job_ids = session.scalars(sa.text("SELECT DISTINCT job_id FROM metric_rollups")).all()
-    for job_id in job_ids:
+    for job_id in sorted(set(job_ids) - set(unrolled)):
         rebuild_chunks(session, job_id)
     session.flush()
 

@@ -108,6 +108,16 @@ def wait_chart(page: Any, key: str, runs: int) -> None:
     )
 
 
+def drag_across(page: Any, key: str, start: float, end: float) -> None:
+    """A mouse drag over the chart of `key`, from and to these fractions of its width."""
+    box = page.locator(f'.cmp-chart[data-key="{key}"] .u-over').bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * start, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * end, y, steps=5)
+    page.mouse.up()
+
+
 def swatches(page: Any) -> dict[str, str]:
     return page.evaluate(
         """() => Object.fromEntries([...document.querySelectorAll("#compare-runs tr")].map(
@@ -229,12 +239,7 @@ def test_hover_smoothing_x_axis_and_picker_follow_the_url(
     assert "fields=reward.mean,loss.actor_loss" in page.evaluate("() => location.hash")
 
     # A drag across one chart zooms both; a double-click shows everything again.
-    box = page.locator('.cmp-chart[data-key="loss.actor_loss"] .u-over').bounding_box()
-    y = box["y"] + box["height"] / 2
-    page.mouse.move(box["x"] + box["width"] * 0.2, y)
-    page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.5, y, steps=5)
-    page.mouse.up()
+    drag_across(page, "loss.actor_loss", 0.2, 0.5)
     spans = """() => [...document.querySelectorAll(".cmp-chart")].map((el) => {
         const x = el.chart.plot.scales.x; const d = el.chart.plot.data[0];
         return (x.max - x.min) / (d[d.length - 1] - d[0]); })"""
@@ -270,12 +275,7 @@ def test_a_zoom_on_steps_asks_for_that_range_at_full_detail(
     whole = chart_data(page, "reward.mean")[0]
     assert len(whole) < 3_000  # points of several steps each
 
-    box = page.locator('.cmp-chart[data-key="reward.mean"] .u-over').bounding_box()
-    y = box["y"] + box["height"] / 2
-    page.mouse.move(box["x"] + box["width"] * 0.40, y)
-    page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.45, y, steps=5)
-    page.mouse.up()
+    drag_across(page, "reward.mean", 0.40, 0.45)
     page.wait_for_function(
         "() => document.querySelector('#compare-zoom').textContent.endsWith('every step')"
     )
