@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import mmap
 import random
 from typing import Any
 
@@ -79,16 +81,35 @@ def test_a_short_window_is_refused() -> None:
         LeakDetector("x", window=2)
 
 
-def _loop(profiler: StepProfiler, steps: int, leak: list[bytes] | None) -> list[dict]:
+def _loop(profiler: StepProfiler, steps: int, leak: list[mmap.mmap] | None) -> list[dict]:
     anomalies = []
+    # Garbage left by earlier tests, freed by a collection in mid-loop, would
+    # shrink the RSS under the leak: collect it first, then hold collections off.
+    gc.collect()
+    gc.disable()
+    try:
+        _steps(profiler, steps, leak, anomalies)
+    finally:
+        gc.enable()
+    return anomalies
+
+
+def _steps(
+    profiler: StepProfiler, steps: int, leak: list[mmap.mmap] | None, anomalies: list[dict]
+) -> None:
     for step in range(steps):
         profiler.on_step_begin(step)
-        chunk = b"x" * (4 * MIB)  # written, so its pages are resident
+        # Fresh pages from the OS, each written so it is resident: a heap
+        # allocation could reuse memory earlier tests freed (glibc raises its
+        # mmap threshold after large frees), and the RSS would not grow.
+        chunk = mmap.mmap(-1, 4 * MIB)
+        for offset in range(0, 4 * MIB, mmap.PAGESIZE):
+            chunk[offset] = 1
         if leak is not None:
             leak.append(chunk)
-        del chunk
+        else:
+            chunk.close()
         anomalies += profiler.on_step_end(step).get("anomalies", [])
-    return anomalies
 
 
 # Sampled every step (min_interval_s=0): these loops take about a millisecond a step.
@@ -103,7 +124,7 @@ LEAK_OPTIONS: dict[str, Any] = {
 def test_leak_detection_fires_on_a_leaking_loop() -> None:
     if rss_reader()() is None:
         pytest.skip("process RSS cannot be read on this platform (no psutil, no /proc)")
-    leaked: list[bytes] = []
+    leaked: list[mmap.mmap] = []
     profiler = StepProfiler(memory=MemoryMonitor(**LEAK_OPTIONS))
     anomalies = _loop(profiler, steps=40, leak=leaked)
     leaks = [a for a in anomalies if a["type"] == "memory_leak"]

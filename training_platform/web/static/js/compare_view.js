@@ -224,6 +224,7 @@ export class CompareView {
 
   /** The zoomed steps at full detail (at most a point per pixel, as the whole runs). */
   async fetchDetail(range) {
+    if (this.range !== range) return; // reset or zoomed again before the debounce ran
     const asked = this.detailAsked;
     const lo = Math.max(0, Math.floor(range[0]));
     const hi = Math.ceil(range[1]);
@@ -236,7 +237,7 @@ export class CompareView {
       if (asked === this.detailAsked && !this.stopped) this.zoomLabel.textContent = `zoomed (no detail: ${error.message})`;
       return;
     }
-    if (asked !== this.detailAsked || this.stopped) return; // zoomed again, or reset, meanwhile
+    if (asked !== this.detailAsked || this.range !== range || this.stopped) return; // zoomed again, or reset
     const whole = new Map(this.runs.map((run) => [run.jobId, run]));
     this.detail = body.jobs.map((entry) => {
       const run = runFromCompare(entry);
