@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import paramiko
 import pytest
 from fastapi.testclient import TestClient
 
@@ -68,12 +70,27 @@ def test_a_huge_trace_is_skipped_not_loaded_and_symlinks_are_not_followed(
 
 
 def test_the_report_of_an_ssh_job_reads_the_remote_profile(
-    ssh_client: TestClient, sshd: SSHD, tmp_path_factory: pytest.TempPathFactory
+    ssh_client: TestClient,
+    sshd: SSHD,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    copy_demo_run(tmp_path_factory, sshd.remote_dir)
+    profiles = copy_demo_run(tmp_path_factory, sshd.remote_dir)
     assert ssh_client.post("/api/jobs", json=sshd.job_body(JOB)).status_code == 201
+    connects: list[str] = []
+    connect = paramiko.SSHClient.connect
+
+    def counted(self: paramiko.SSHClient, *args: Any, **kwargs: Any) -> None:
+        connects.append(args[0] if args else kwargs.get("hostname", ""))
+        connect(self, *args, **kwargs)
+
+    monkeypatch.setattr(paramiko.SSHClient, "connect", counted)
 
     response = ssh_client.get(f"/api/jobs/{JOB}/profile/report")
+
+    # Every file of the profile through one connection, not one per file.
+    assert len([p for p in profiles.rglob("*") if p.is_file()]) >= 3
+    assert len(connects) == 1
 
     assert response.status_code == 200, response.text
     report = response.json()

@@ -163,8 +163,8 @@ class _LocalArtifacts:
                 )
         return found, False
 
-    def open(self, relative: str) -> ArtifactStream:
-        try:
+    def open(self, relative: str, keep_reader: bool = False) -> ArtifactStream:
+        try:  # (`keep_reader`: a local job's reader holds no connection to keep)
             fd = open_regular_beneath(self.directory, f"{self.folder}/{relative}")
         except OSError as exc:
             # Missing, a symlink (ELOOP), a FIFO, under a file (ENOTDIR), unreadable:
@@ -238,7 +238,7 @@ class _SSHArtifacts:
 
         return self.reader.connection.run(walk)
 
-    def open(self, relative: str) -> ArtifactStream:
+    def open(self, relative: str, keep_reader: bool = False) -> ArtifactStream:
         def not_found() -> ArtifactNotFoundError:
             return ArtifactNotFoundError(f"artifact {relative!r} not found")
 
@@ -279,15 +279,17 @@ class _SSHArtifacts:
             offset += len(data)
             return data
 
-        return ArtifactStream(size, read, functools.partial(_close_remote, file, self.reader))
+        owned = None if keep_reader else self.reader
+        return ArtifactStream(size, read, functools.partial(_close_remote, file, owned))
 
 
-def _close_remote(file: paramiko.SFTPFile, reader: SSHMetricsReader) -> None:
+def _close_remote(file: paramiko.SFTPFile, reader: SSHMetricsReader | None) -> None:
     try:
         file.close()
     except Exception:  # the connection may be gone already; it is closed next anyway
         logger.debug("error closing remote artifact", exc_info=True)
-    reader.close()
+    if reader is not None:
+        reader.close()
 
 
 def artifact_store(reader: MetricsReader) -> _LocalArtifacts | _SSHArtifacts:
@@ -305,9 +307,12 @@ def list_artifacts(reader: MetricsReader, limit: int = MAX_FILES) -> ArtifactLis
     return ArtifactListing(profiles_folder(reader.job_id), files, truncated)
 
 
-def open_artifact(reader: MetricsReader, path: str) -> ArtifactStream:
+def open_artifact(reader: MetricsReader, path: str, *, keep_reader: bool = False) -> ArtifactStream:
     """One artifact, opened; raises ArtifactNotFoundError / InvalidParameterError.
 
-    For an SSH job the stream owns `reader` from here on and closes it with itself.
+    For an SSH job the stream owns `reader` from here on and closes it with
+    itself (a download's connection lives as long as its response), unless
+    `keep_reader`: a caller reading several files through one connection
+    (the profile report) closes the reader itself.
     """
-    return artifact_store(reader).open(safe_relative_path(path))
+    return artifact_store(reader).open(safe_relative_path(path), keep_reader)

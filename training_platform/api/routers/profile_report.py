@@ -47,7 +47,9 @@ class ArtifactProfileSource:
 
     def open(self, path: str) -> Iterator[bytes]:
         try:
-            artifact = open_artifact(self.reader, path)
+            # One SSH connection for the whole report (the route closes the
+            # reader), not one per file.
+            artifact = open_artifact(self.reader, path, keep_reader=True)
         except (ArtifactNotFoundError, InvalidParameterError) as exc:
             # Gone since the listing, or refused: a problem of this file, not of the request.
             raise OSError(str(exc)) from None
