@@ -13,7 +13,7 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from fastapi.testclient import TestClient
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from tests.conftest import BACKENDS
 from training_platform.api.main import create_app
@@ -118,12 +118,7 @@ def test_0003_adds_the_tombstones_table_and_keeps_existing_jobs(empty_database_u
     engine = make_engine(empty_database_url)
     try:
         with engine.begin() as connection:
-            connection.execute(
-                text(
-                    "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected,"
-                    " created_at) VALUES ('run1', 'local', true, 'running', false, 1.0)"
-                )
-            )
+            _insert_job(connection, "run1", "running")
         assert "deleted_jobs" not in inspect(engine).get_table_names()
 
         command.upgrade(config, "head")
@@ -219,12 +214,7 @@ def test_0007_gives_existing_buckets_the_time_of_their_first_record(
     engine = make_engine(empty_database_url)
     try:
         with engine.begin() as connection:
-            connection.execute(
-                text(
-                    "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected,"
-                    " created_at) VALUES ('run1', 'local', true, 'running', false, 1.0)"
-                )
-            )
+            _insert_job(connection, "run1", "running")
             for step, timestamp in ((0, 100.0), (32, 132.5), (64, None)):
                 connection.execute(
                     text(
@@ -301,12 +291,7 @@ def test_rows_stored_before_0002_get_their_buckets_and_chunks_at_head(
     engine = make_engine(empty_database_url)
     try:
         with engine.begin() as connection:
-            connection.execute(
-                text(
-                    "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected,"
-                    " created_at) VALUES ('old', 'local', true, 'completed', false, 1.0)"
-                )
-            )
+            _insert_job(connection, "old", "completed")
             connection.execute(
                 text(
                     "INSERT INTO training_metrics (job_id, step, timestamp, actor_loss,"
@@ -333,3 +318,14 @@ def test_rows_stored_before_0002_get_their_buckets_and_chunks_at_head(
         assert max(body["series"]["loss.actor_loss"]["max"]) == 7.0
     finally:
         engine.dispose()
+
+
+def _insert_job(connection: Connection, job_id: str, status: str) -> None:
+    """A job row as an older revision's schema holds it (raw SQL, no models)."""
+    connection.execute(
+        text(
+            "INSERT INTO jobs (job_id, source, discovered, status, anomaly_detected, created_at)"
+            " VALUES (:job, 'local', true, :status, false, 1.0)"
+        ),
+        {"job": job_id, "status": status},
+    )
