@@ -99,6 +99,7 @@ def test_pace_is_one_record_per_interval_divided_by_speed(
     interval = 0.02  # speed 1: 1.2 s of playback; speed 4: 0.8 s
     server = server_of(records, playback_interval=interval)
     arrivals: list[float] = []
+    asked = time.monotonic()
     with open_ws(server.ws_url(f"{PLAYBACK}?speed={speed}")) as ws:
         assert receive(ws)["type"] == "playback_info"
         while len(arrivals) < records:
@@ -107,8 +108,13 @@ def test_pace_is_one_record_per_interval_divided_by_speed(
                 arrivals.append(time.monotonic())
 
     expected = (records - 1) * interval / speed
+    # Not faster: the last record cannot arrive before its time, counted from
+    # the request (a client that stalled early reads a backlog in a burst, so
+    # the first arrival is no clock for this bound). Not slower: the span of
+    # the arrivals.
+    assert arrivals[-1] - asked >= expected * 0.9, (arrivals[-1] - asked, expected)
     elapsed = arrivals[-1] - arrivals[0]
-    assert expected * 0.9 <= elapsed <= expected * 1.1, (elapsed, expected)
+    assert elapsed <= expected * 1.1, (elapsed, expected)
 
 
 def send(ws: ClientConnection, **control: Any) -> None:
