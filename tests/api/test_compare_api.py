@@ -163,19 +163,29 @@ def test_window_mean_of_the_exact_values(client: TestClient, metrics_dir: Path) 
     assert entry["series"]["loss.actor_loss"]["smoothed"] == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(
+    ("steps", "weight", "query"),
+    [(1000, 0.9, ""), (2000, 0.99, "&start_step=1000")],
+    ids=["whole-run", "range"],
+)
 def test_beyond_the_exact_limit_smoothing_runs_over_the_buckets(
-    settings: Settings, metrics_dir: Path
+    settings: Settings, metrics_dir: Path, steps: int, weight: float, query: str
 ) -> None:
-    write_run(metrics_dir, "big", loss_run(1000, value=lambda s: 3.0 if s < 500 else 1.0))
+    """Over the buckets too, a range's line starts from the run before it."""
+    half = steps // 2
+    write_run(metrics_dir, "big", loss_run(steps, value=lambda s: 3.0 if s < half else 1.0))
     limited = settings.model_copy(update={"compare_exact_smoothing_rows": 100})
     with TestClient(create_app(limited)) as client:
         sync(client, "big")
-        (entry,) = compare(client, "jobs=big&smoothing=0.9&max_points=50")["jobs"]
+        (entry,) = compare(client, f"jobs=big&smoothing={weight}&max_points=50{query}")["jobs"]
         assert entry["smoothing_exact"] is False
         line = entry["series"]["loss.actor_loss"]["smoothed"]
         # Buckets of equal values: the method is exact there.
-        reference = ema([3.0 if s < 500 else 1.0 for s in range(1000)], 0.9)
+        reference = ema([3.0 if s < half else 1.0 for s in range(steps)], weight)
         assert line == pytest.approx([reference[last] for last in entry["last_steps"]])
+        if query:
+            # Started afresh at step 1000, the line would be 1.0 throughout.
+            assert line[0] > 2.5  # 1 + 2 * 0.99**20 after the first bucket of 20 steps
 
 
 @pytest.mark.parametrize("smoothing", ["smoothing=0.95", "window=25"])
@@ -194,23 +204,6 @@ def test_a_range_is_smoothed_as_the_whole_run_is(
         ends = zoomed["last_steps"] if zoomed["downsampled"] else zoomed["steps"]
         line = zoomed["series"]["loss.actor_loss"]["smoothed"]
         assert line == pytest.approx([at_step[step] for step in ends])
-
-
-def test_over_the_buckets_a_range_starts_from_the_run_before_it(
-    settings: Settings, metrics_dir: Path
-) -> None:
-    write_run(metrics_dir, "bz", loss_run(2000, value=lambda s: 3.0 if s < 1000 else 1.0))
-    limited = settings.model_copy(update={"compare_exact_smoothing_rows": 100})
-    with TestClient(create_app(limited)) as client:
-        sync(client, "bz")
-        (entry,) = compare(client, "jobs=bz&smoothing=0.99&start_step=1000&max_points=50")["jobs"]
-        assert entry["smoothing_exact"] is False
-        line = entry["series"]["loss.actor_loss"]["smoothed"]
-        # Equal values per bucket: exact here. Started afresh at step 1000, the
-        # line would be 1.0 throughout.
-        reference = ema([3.0 if s < 1000 else 1.0 for s in range(2000)], 0.99)
-        assert line == pytest.approx([reference[last] for last in entry["last_steps"]])
-        assert line[0] > 2.5  # 1 + 2 * 0.99**20 after the first bucket of 20 steps
 
 
 def test_runs_with_disjoint_metrics_compare_without_error(

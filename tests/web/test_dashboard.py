@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.web.conftest import COUNT_LINE_PIXELS, LiveServer, make_record
+from tests.web.conftest import ARTIFACTS, COUNT_LINE_PIXELS, LiveServer, make_record
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -188,6 +188,7 @@ def test_playback_runs_to_completion_at_speed_10(live_server: LiveServer, page: 
         """() => document.querySelector('.chart[data-chart="losses"]').chart.plot.data[0]"""
     )
     assert steps == list(range(60))
+    page.screenshot(path=str(ARTIFACTS / "playback_replayed_after_seek.png"))
 
 
 def test_playback_pauses_resumes_and_seeks(live_server: LiveServer, page: Any) -> None:

@@ -81,8 +81,9 @@ def compare_route(
 ) -> Response:
     """Per job, the columnar answer of `/metrics?max_points=` (min/max kept), each
     point's x on the chosen axis and, with `smoothing` or `window`, a `smoothed`
-    line per series computed from the exact values when affordable
-    (docs/contract.md, compare)."""
+    line per series computed from the exact values when affordable, and always
+    from the run's first record, so a `start_step` range continues the whole
+    run's line (docs/contract.md, compare)."""
     job_ids = compared_jobs(jobs, sync_service)
     check_step_range(start_step, end_step)
     if smoothing and window is not None:
