@@ -20,8 +20,9 @@ writes it. For each backend:
    their prompts inserted beforehand (not timed). A fresh database for each
    side and round; rounds interleaved; the best of each compared (the slower
    runs measure the neighbours), per-round ratios printed too. Both sides
-   maintain the text search's trigram indexes (migration 0006: SQLite's FTS5
-   triggers fire on the floor's raw inserts too; PostgreSQL's GIN indexes).
+   maintain the text search's indexes (SQLite's FTS5 triggers fire on the
+   floor's raw inserts too; PostgreSQL's GIN indexes and the vocabulary's
+   statement trigger, which fires on COPY).
 2. **Disk**: the database after our ingestion (SQLite: the file after a WAL
    checkpoint; PostgreSQL: `pg_total_relation_size` of `samples` +
    `sample_prompts`) against the JSONL file.
@@ -32,7 +33,7 @@ writes it. For each backend:
 4. **Text search** (`q`, a case-insensitive substring of prompt or
    completion) over `--search-samples` samples (loaded with the raw floor
    path, to save time), `sample_page(q=..., limit=100)`: a rare word (in a
-   handful of samples: found through the trigram index) and a common one (in
+   handful of samples: found through the index) and a common one (in
    ~1 sample in 5: too many candidates for the index, so the scan in step
    order, whose first 100 hits come early). Target <= 300 ms.
 
@@ -80,6 +81,7 @@ from training_platform.ingest.samples_file import SAMPLES
 from training_platform.settings import Settings
 from training_platform.store.database import make_engine, make_session_factory, prepare_schema
 from training_platform.store.models import Sample, SamplePrompt
+from training_platform.store.stored_text import pack_text, register_sqlite_functions
 
 JOB = "bench"
 GROUP = 8  # GRPO: completions per prompt
@@ -283,12 +285,20 @@ class Loader:
 
 
 class SqliteLoader(Loader):
+    """Stores what `StoredText` stores: each completion through `pack_text` (timed:
+    the platform must compress it too), with `tp_text` on the connection for the
+    text search's triggers."""
+
     def __init__(self, url: str) -> None:
         self.raw = sqlite3.connect(make_url(url).database or "")
         self.raw.execute("PRAGMA journal_mode=WAL")
         self.raw.execute("PRAGMA synchronous=NORMAL")
+        register_sqlite_functions(self.raw)
 
     def insert(self, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        if table == "samples":
+            at = columns.index("completion")
+            rows = [(*row[:at], pack_text(row[at]), *row[at + 1 :]) for row in rows]
         with self.raw:  # one transaction, committed
             self.raw.executemany(insert_sql(table, columns, "?"), rows)
 

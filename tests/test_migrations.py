@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic import command
@@ -14,10 +15,12 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from fastapi.testclient import TestClient
 from sqlalchemy import Connection, inspect, text
+from sqlalchemy.engine import Engine
 
 from tests.conftest import BACKENDS
 from training_platform.api.main import create_app
 from training_platform.callbacks.wire_records import build_record
+from training_platform.history.samples_query import SampleFilter, sample_page
 from training_platform.history.series_query import downsampled_history
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
@@ -31,6 +34,7 @@ from training_platform.store.database import (
     prepare_schema,
 )
 from training_platform.store.models import Job
+from training_platform.store.stored_text import unpack_text
 
 TABLES = {"jobs", "training_metrics", "anomalies", "sync_state", "deleted_jobs"}
 
@@ -329,3 +333,84 @@ def _insert_job(connection: Connection, job_id: str, status: str) -> None:
         ),
         {"job": job_id, "status": status},
     )
+
+
+def test_0010_compresses_the_stored_completions_and_downgrades_to_text(
+    empty_database_url: str,
+) -> None:
+    """SQLite: completions stored as text before 0010 become zlib streams (a short
+    one stays text), `q` still finds them, and the downgrade restores the text.
+    PostgreSQL: the text stays as it is both ways."""
+    config = alembic_config(empty_database_url)
+    command.upgrade(config, "0009")
+    engine = make_engine(empty_database_url)
+    long = "we add the numbers step by step " * 40 + "then Zanzibar " + "and check " * 80
+    texts = [long, "ok", "日本語の説明と計算の手順。" * 60]
+    insert = text(
+        "INSERT INTO samples (job_id, step, sample_index, prompt_id, completion,"
+        " completion_chars, received_at) VALUES ('run1', 0, :index, 1, :text, :chars, 1.0)"
+    )
+    sqlite = engine.dialect.name == "sqlite"
+    try:
+        with engine.begin() as connection:
+            _insert_job(connection, "run1", "running")
+            connection.execute(
+                text(
+                    "INSERT INTO sample_prompts (id, job_id, digest, text)"
+                    " VALUES (1, 'run1', 'd', 'Old prompt')"
+                )
+            )
+            connection.execute(
+                insert, [{"index": i, "text": t, "chars": len(t)} for i, t in enumerate(texts)]
+            )
+
+        command.upgrade(config, "0010")
+
+        stored = _stored_completions(engine)
+        if sqlite:
+            assert [kind for kind, _ in stored] == ["blob", "text", "blob"]
+            for (_, value), original in zip(stored, texts, strict=True):
+                assert unpack_text(value) == original
+                assert len(value) < len(original.encode("utf-8")) or original == "ok"
+        else:
+            assert stored == [("text", t) for t in texts]
+        _assert_found(engine, {"zanZIBAR": [long], "計算の手順": [texts[2]], "OK": ["ok"]})
+
+        command.downgrade(config, "0009")
+
+        assert _stored_completions(engine) == [("text", t) for t in texts]
+        _assert_found(engine, {"zanZIBAR": [long], "計算の手順": [texts[2]]})
+        if sqlite:  # the objects of 0006-0009 again: the FTS table over `samples` itself
+            with engine.connect() as connection:
+                sql = connection.execute(
+                    text("SELECT group_concat(sql, ';') FROM sqlite_master WHERE sql IS NOT NULL")
+                ).scalar_one()
+            assert "samples_text" not in sql and "tp_text" not in sql
+        command.upgrade(config, "head")
+        assert [kind for kind, _ in _stored_completions(engine)] == (
+            ["blob", "text", "blob"] if sqlite else ["text"] * 3
+        )
+    finally:
+        engine.dispose()
+
+
+def _stored_completions(engine: Engine) -> list[tuple[str, Any]]:
+    """(the stored value's type, the value) of each sample, in index order."""
+    sqlite = engine.dialect.name == "sqlite"
+    kind = "typeof(completion)" if sqlite else "pg_typeof(completion)::text"
+    with engine.connect() as connection:
+        query = text(f"SELECT {kind}, completion FROM samples ORDER BY sample_index")
+        return [(row[0], row[1]) for row in connection.execute(query)]
+
+
+def _assert_found(engine: Engine, expected: dict[str, list[str]]) -> None:
+    """Each `q` finds those completions; on SQLite, the FTS5 index equals the rows."""
+    with make_session_factory(engine)() as session:
+        for q, completions in expected.items():
+            page = sample_page(session, job_id="run1", where=SampleFilter(q=q), limit=10)
+            assert [s["completion"] for s in page.samples] == completions, q
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as connection:
+            connection.execute(
+                text("INSERT INTO samples_fts(samples_fts, rank) VALUES ('integrity-check', 1)")
+            )

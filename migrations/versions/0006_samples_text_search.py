@@ -4,7 +4,9 @@
 The definitions live in `training_platform/store/text_search.py`, the one
 place that knows them; existing rows are indexed here (SQLite: 'rebuild').
 Without the privilege to create `pg_trgm` on PostgreSQL, the migration
-still succeeds, with a warning, and `q` scans as before.
+still succeeds, with a warning, and `q` scans as before. SQLite: the objects
+over the plain completions of this revision (`compressed=False`); 0010
+replaces them when it compresses the completions.
 
 Revision ID: 0006
 Revises: 0005
@@ -26,7 +28,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    create_text_search(op.get_bind())
+    create_text_search(op.get_bind(), compressed=False)
 
 
 def downgrade() -> None:

@@ -235,7 +235,7 @@ def _statements(engine: Engine) -> tuple[list[tuple[str, Any]], Callable[[], Non
     return seen, lambda: event.remove(engine, "before_cursor_execute", record)
 
 
-def test_the_page_query_plans_through_the_trigram_indexes(
+def test_the_page_query_plans_through_the_text_indexes(
     searchable: list[dict[str, Any]], engine: Engine, session_factory: sessionmaker[Session]
 ) -> None:
     """Fails if `q` goes back to a scan: the page's plan names the index of each text."""
@@ -259,7 +259,7 @@ def test_the_page_query_plans_through_the_trigram_indexes(
         else:
             cursor.execute("EXPLAIN " + statement, parameters)
             plan = " ".join(str(row[0]) for row in cursor.fetchall())
-            assert "ix_samples_completion_trgm" in plan, plan
+            assert "ix_samples_completion_words" in plan, plan
             # The prompts' ILIKE stands alone on sample_prompts (its index may serve
             # it; 4,000 prompts are still read faster without), never ORed with the
             # completion's across the join, which no index can serve.

@@ -33,12 +33,7 @@ from training_platform.history.samples_cursor import (
     decode_cursor,
     encode_cursor,
 )
-from training_platform.history.samples_search import (
-    exact_match,
-    index_plans,
-    indexed_match,
-    use_index,
-)
+from training_platform.history.samples_search import exact_match, index_plans, indexed_search
 from training_platform.store.models import Sample, SamplePrompt
 
 __all__ = [
@@ -165,10 +160,12 @@ def _filtered(
     where: SampleFilter,
     order: SortOrder = "asc",
     position: tuple[int, int] | None = None,
-    dialect: str | None = None,
+    *,
+    dialect: str,
+    match: ColumnElement[bool] | None,
 ) -> Select[Any]:
     """`where`, and with `position` (the step sort's keyset) only rows after it; `q`
-    through the trigram indexes of `dialect`'s shape, else as a scan."""
+    as `match` (`indexed_search`'s), else as a scan on `dialect`."""
     query = query.where(Sample.job_id == job_id, *_step_clauses(where, order, position))
     if where.group is not None:
         query = query.where(Sample.group_key == where.group)
@@ -185,9 +182,7 @@ def _filtered(
     if where.finish_reason is not None:
         query = query.where(Sample.finish_reason == where.finish_reason)
     if where.q is not None:
-        query = query.where(
-            exact_match(where.q) if dialect is None else indexed_match(dialect, job_id, where.q)
-        )
+        query = query.where(exact_match(where.q, dialect=dialect) if match is None else match)
     return query
 
 
@@ -225,26 +220,24 @@ def sample_page(
     Two statements: the page (LIMIT `limit`), and, only when the page is full,
     whether any row lies after its last one (an EXISTS of LIMIT 1), so the
     last page says so (`next_cursor` None) without fetching a row more. With
-    `q`, first one that says whether the trigram index serves it (`use_index`).
+    `q`, first those that say whether the text indexes serve it (`indexed_search`).
     """
     key = None if cursor is None else decode_cursor(cursor, sort, order)
-    # The index's shape for `q` (the dialect), or None: the scan (samples_search.py).
-    dialect: str | None = session.get_bind().dialect.name
-    if where.q is None or not use_index(session, job_id, where.q):
-        dialect = None
+    dialect = session.get_bind().dialect.name
+    # How the text indexes answer `q`; None: the scan (samples_search.py).
+    match = None if where.q is None else indexed_search(session, job_id, where.q)
     query = _keyset(
-        select(*_COLUMNS).select_from(_JOINED), job_id, where, sort, order, key, dialect
+        select(*_COLUMNS).select_from(_JOINED), job_id, where, sort, order, key, dialect, match
     )
-    with index_plans(session, dialect):
+    with index_plans(session, None if match is None else dialect):
         rows = session.execute(query.order_by(*_order_by(sort, order, where)).limit(limit)).all()
         if len(rows) < limit:
             return SamplePage([_sample(row) for row in rows], None)
         last = rows[-1]
         key = (_key_value(sort, last), last.step, last.sample_index)
         source = _JOINED if where.q is not None else Sample.__table__
-        more = _keyset(
-            select(literal(1)).select_from(source), job_id, where, sort, order, key, dialect
-        )
+        rest = select(literal(1)).select_from(source)
+        more = _keyset(rest, job_id, where, sort, order, key, dialect, match)
         ended = session.execute(more.limit(1)).first() is None
     samples = [_sample(row) for row in rows]
     return SamplePage(samples, None if ended else encode_cursor(sort, order, key))
@@ -257,14 +250,17 @@ def _keyset(
     sort: SampleSort,
     order: SortOrder,
     key: SortKey | None,
-    dialect: str | None,
+    dialect: str,
+    match: ColumnElement[bool] | None,
 ) -> Select[Any]:
     """`where`, and only the rows after `key` (None: from the first)."""
     if key is None:
-        return _filtered(query, job_id, where, dialect=dialect)
+        return _filtered(query, job_id, where, dialect=dialect, match=match)
     if sort == "step":
-        return _filtered(query, job_id, where, order, (key[1], key[2]), dialect)
-    return _filtered(query, job_id, where, dialect=dialect).where(_after(sort, order, key))
+        position = (key[1], key[2])
+        return _filtered(query, job_id, where, order, position, dialect=dialect, match=match)
+    filtered = _filtered(query, job_id, where, dialect=dialect, match=match)
+    return filtered.where(_after(sort, order, key))
 
 
 def _key_value(sort: SampleSort, row: Any) -> float | int | None:

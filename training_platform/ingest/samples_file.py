@@ -132,8 +132,15 @@ def store_samples(
         index_elements=["job_id", "step", "sample_index"],
         set_={column: insert.excluded[column] for column in _UPDATED},
     )
-    for chunk in chunks(rows, UPSERT_CHUNK):
-        session.execute(upsert, chunk)
+    if session.get_bind().dialect.name == "postgresql":
+        # One multi-row statement per chunk, not psycopg's statement per row:
+        # the vocabulary's trigger (store/word_search.py) then takes each
+        # chunk's words once; 1,000 rows keep within the 65,535 parameters.
+        for chunk in chunks(rows, 1_000):
+            session.execute(upsert.values(chunk))
+    else:
+        for chunk in chunks(rows, UPSERT_CHUNK):
+            session.execute(upsert, chunk)
     return StoredRows(len(rows))
 
 

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 from training_platform.errors import PlatformError
+from training_platform.store.stored_text import register_sqlite_functions
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,10 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
+    # Takes effect only in a new, empty database (before WAL). 16 KiB pages hold
+    # ~8 generated samples of 2 KB where 4 KiB pages held 2 and left a quarter
+    # of each page empty (docs/benchmarks.md, Samples); small rows do not mind.
+    cursor.execute("PRAGMA page_size=16384")
     # WAL lets readers (REST, WebSocket backfill) proceed while a sync writes;
     # NORMAL sync is still crash-safe in WAL mode (a crash loses at most the
     # last transactions, never consistency, and the offset commits with them).
@@ -96,6 +101,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+    # `tp_text`, which inflates the samples' compressed completions: the text
+    # search's triggers call it on every write of a sample (store/stored_text.py).
+    register_sqlite_functions(dbapi_connection)
 
 
 def dialect_insert(session: Session) -> Any:

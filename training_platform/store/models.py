@@ -20,6 +20,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from training_platform.store.database import Base
+from training_platform.store.stored_text import StoredText
 
 JOB_ID = String(128)
 
@@ -191,7 +192,8 @@ class Sample(Base):
     sample_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     timestamp: Mapped[float | None] = mapped_column(Float)
     prompt_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("sample_prompts.id"))
-    completion: Mapped[str] = mapped_column(Text)
+    # zlib-compressed on SQLite, plain text on PostgreSQL (store/stored_text.py).
+    completion: Mapped[str] = mapped_column(StoredText)
     reward: Mapped[float | None] = mapped_column(Float)
     reward_nonfinite: Mapped[str | None] = mapped_column(String(9))
     rewards: Mapped[dict[str, Any] | None] = mapped_column(JSON)
