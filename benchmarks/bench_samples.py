@@ -24,8 +24,9 @@ writes it. For each backend:
    floor's raw inserts too; PostgreSQL's GIN indexes and the vocabulary's
    statement trigger, which fires on COPY).
 2. **Disk**: the database after our ingestion (SQLite: the file after a WAL
-   checkpoint; PostgreSQL: `pg_total_relation_size` of `samples` +
-   `sample_prompts`) against the JSONL file.
+   checkpoint; PostgreSQL: `pg_total_relation_size` of `samples`,
+   `sample_prompts` and the word index's vocabulary `sample_words`) against
+   the JSONL file.
 3. **Serving one step** (all its samples) through `sample_page` with a step
    filter, and through the HTTP API (`TestClient`, `GET
    /api/monitoring/{job}/samples?step=N&limit=256`), on random steps of the
@@ -382,10 +383,11 @@ class Backend:
                     text(
                         "SELECT pg_total_relation_size('samples')"
                         " + pg_total_relation_size('sample_prompts')"
+                        " + coalesce(pg_total_relation_size(to_regclass('sample_words')), 0)"
                     )
                 ).scalar_one()
             engine.dispose()
-            return int(size), "pg_total_relation_size(samples + sample_prompts)"
+            return int(size), "pg_total_relation_size(samples + sample_prompts + sample_words)"
         path = make_url(url).database or ""
         raw = sqlite3.connect(path)
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
