@@ -1,5 +1,5 @@
 """PostgreSQL: the completions' text search through a word index and a vocabulary
-(`store/word_search.py`) instead of pg_trgm's trigram index, ~6x smaller; the
+(`store/word_search.py`) instead of pg_trgm's trigram index, ~4x smaller; the
 prompts' trigram index fills a 256 kB pending list, not 4 MB. SQLite: nothing.
 
 Without `pg_trgm` (0006 warned) nothing is built here either: `q` scans.

@@ -29,6 +29,7 @@ COMPLETIONS = [
     "数学题的答案是四十二",  # no spaces: one long run
     "Plain words: Wombat, QUOKKA and numbat.",
     "foo-bar/baz.qux",
+    "~".join(["abc"] * 2_000) + " and " + "q" * 3_000,  # tildes: separators, not one key
 ]
 QUERIES = [
     "needleinalongrun",  # inside a run longer than the index keeps
@@ -40,6 +41,8 @@ QUERIES = [
     "wombat, quok",
     "o-bar/b",
     "r/baz.q",
+    "abc~abc~abc and",
+    "q" * 100,  # only in a run longer than the index keeps
     "missing",
 ]
 
