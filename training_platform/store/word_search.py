@@ -12,8 +12,9 @@ words of `q` are looked up in a vocabulary:
   digits, `_`) of a text, each longer than `LONG_WORD` characters replaced by
   `LONG_MARK` (a GIN key has a size limit, and a vocabulary of every long run,
   say a degenerate "aaaa...", would only grow); a `~` of the text itself is a
-  separator, like any other character that is not a word character. The index is on that
-  expression (`ix_samples_completion_words`): nothing more is stored per row.
+  separator, like any other character that is not a word character. The
+  index is on that expression (`ix_samples_completion_words`): nothing more
+  is stored per row.
 - `sample_words`: every word any completion ever held (any job's; a word
   whose samples are gone stays, which only widens a lookup), kept by
   statement-level triggers on `samples`, with a pg_trgm index to find the
