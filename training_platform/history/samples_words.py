@@ -30,7 +30,7 @@ _PIECES: Final = text(
     "SELECT DISTINCT piece FROM regexp_split_to_table(lower(:q), '\\W+') AS piece"
     " WHERE length(piece) >= :shortest"
 )
-_VOCABULARY: Final = table(VOCABULARY, column("word"))
+_VOCABULARY: Final = table(VOCABULARY, column("word", Text))
 
 
 def pieces(session: Session, q: str) -> list[str]:
@@ -43,10 +43,10 @@ def pieces(session: Session, q: str) -> list[str]:
 def words_containing(session: Session, piece: str) -> list[str] | None:
     """The vocabulary's words that contain `piece`; None when there are more than
     `MAX_WORDS` (the piece narrows little)."""
-    escaped = piece.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    # `_` is a word character: escaped (autoescape), it matches only itself.
     query = (
         select(_VOCABULARY.c.word)
-        .where(_VOCABULARY.c.word.like(f"%{escaped}%", escape="/"))
+        .where(_VOCABULARY.c.word.contains(piece, autoescape=True))
         .limit(MAX_WORDS + 1)
     )
     words = list(session.execute(query).scalars())
