@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,7 +67,7 @@ SLOW_TESTS = frozenset(
         # callbacks: subprocesses and real trainers
         "test_demo.py::test_a_long_healthy_demo_run_learns_and_raises_no_false_alarm",
         "test_demo.py::test_sigterm_to_the_demo_stops_its_trainer_too",
-        "test_demo.py::test_the_demo_command_keeps_its_log_quiet_and_reaps_the_finished_trainer",
+        "test_demo.py::test_the_demo_command_runs_runs_to_compare_keeps_its_log_quiet_and_reaps_them",
         "test_status_transitions.py::test_a_status_file_never_goes_back_while_both_threads_write_it",
         "test_detector_cost.py::test_the_fused_path_equivalence_runs_see_every_kind_of_anomaly",
         "test_trl_samples.py::test_a_real_grpo_run_records_every_completion_with_its_rewards",
@@ -130,6 +130,16 @@ def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     migrate_to_head(engine)
     engine.dispose()
     return path
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, scratch_postgres: Callable[[], str]
+) -> str:
+    """A database with nothing in it (not even alembic_version)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'empty.db'}"
+    return scratch_postgres()
 
 
 @pytest.fixture(params=BACKENDS)

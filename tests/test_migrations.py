@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.engine import Engine
 
-from tests.conftest import BACKENDS
 from training_platform.api.main import create_app
 from training_platform.callbacks.wire_records import build_record
 from training_platform.history.samples_query import SampleFilter, sample_page
@@ -37,16 +35,6 @@ from training_platform.store.models import Job
 from training_platform.store.stored_text import unpack_text
 
 TABLES = {"jobs", "training_metrics", "anomalies", "sync_state", "deleted_jobs"}
-
-
-@pytest.fixture(params=BACKENDS)
-def empty_database_url(
-    request: pytest.FixtureRequest, tmp_path: Path, scratch_postgres: Callable[[], str]
-) -> str:
-    """A database with nothing in it (not even alembic_version)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'empty.db'}"
-    return scratch_postgres()
 
 
 def test_the_migration_tree_has_a_single_head() -> None:

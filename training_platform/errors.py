@@ -43,5 +43,16 @@ class MetricsSourceError(PlatformError):
     """The job's files cannot be read right now (missing file, SSH host down, ...)."""
 
 
+class SourceRefusedError(MetricsSourceError):
+    """A job's file that the platform refuses to read, by policy: a symlink while
+    PLATFORM_FOLLOW_SYMLINKS is off, a FIFO or a device. Permanent until the file
+    or the setting changes, so trying again does not help (HTTP: 409, not 503)."""
+
+
 class HostKeyError(MetricsSourceError):
     """The SSH host presented an unknown or changed host key; we refuse to talk to it."""
+
+
+class StorageError(PlatformError):
+    """The database cannot store (or answer) right now: its disk is full, it cannot be
+    reached, ... Nothing committed is lost and trying again later may work (HTTP: 503)."""

@@ -35,6 +35,14 @@ class Settings(BaseSettings):
         description="Directory scanned for {job_id}_metrics.jsonl files (jobs are "
         "discovered there without any call).",
     )
+    allowed_job_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        validation_alias="PLATFORM_ALLOWED_JOB_ROOTS",
+        description="Comma-separated directories that POST /api/jobs may register local "
+        "directories (metrics_dir, rollout_dir) under, symlinks resolved; "
+        "PLATFORM_METRICS_DIR is always allowed. Empty (the default): any directory the "
+        "server can read, as before; anything else is 422 invalid_source.",
+    )
     api_token: str | None = Field(
         default=None,
         validation_alias="PLATFORM_API_TOKEN",
@@ -229,6 +237,15 @@ class Settings(BaseSettings):
         "are listed in series_omitted (bounds the work and memory of a run that logs "
         "thousands of distinct keys).",
     )
+    compare_max_points: int = Field(
+        default=100_000,
+        ge=2,
+        le=10_000_000,
+        validation_alias="PLATFORM_COMPARE_MAX_POINTS",
+        description="Most points one GET /api/compare may ask for, all runs together "
+        "(runs x max_points; 20 runs x 5,000 or 5 x 20,000 by default): beyond it the "
+        "request is a 422, so one request cannot hold a worker for tens of seconds.",
+    )
     compare_exact_smoothing_rows: int = Field(
         default=20_000,
         ge=0,
@@ -237,6 +254,15 @@ class Settings(BaseSettings):
         description="GET /api/compare smooths a run from its exact records when its range "
         "holds at most this many (each is read); beyond, from the buckets "
         "(smoothing_exact: false; docs/contract.md, compare).",
+    )
+    profile_reports_at_once: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        validation_alias="PLATFORM_PROFILE_REPORTS_AT_ONCE",
+        description="Profile reports (GET /api/jobs/{id}/profile/report) computed at once; "
+        "more wait their turn. Requests for the same unchanged profile share one "
+        "computation and then its cached result, whatever this is.",
     )
     playback_interval: float = Field(
         default=0.1,
@@ -323,12 +349,28 @@ class Settings(BaseSettings):
         description="Seconds before the first webhook retry; doubled for each next one.",
     )
 
-    @field_validator("ws_allowed_origins", "allowed_hosts", "diagnostics_disabled", mode="before")
+    @field_validator(
+        "ws_allowed_origins",
+        "allowed_hosts",
+        "diagnostics_disabled",
+        "allowed_job_roots",
+        mode="before",
+    )
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("allowed_job_roots")
+    @classmethod
+    def _resolved_roots(cls, roots: list[Path]) -> list[Path]:
+        # Compared with registered paths once those are resolved too, so a root
+        # reached through a symlink still holds what lies under its target.
+        try:
+            return [root.expanduser().resolve() for root in roots]
+        except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before 3.13)
+            raise ValueError(f"cannot resolve an allowed job root: {exc}") from None
 
     @field_validator("ws_allowed_origins")
     @classmethod

@@ -248,6 +248,39 @@ def test_bad_comparisons_are_refused(client: TestClient, metrics_dir: Path) -> N
     assert client.get(f"/api/compare/config?jobs={many}").status_code == 422
 
 
+def test_one_comparison_asks_for_at_most_the_servers_point_budget(
+    client: TestClient, metrics_dir: Path
+) -> None:
+    """20 runs x 20,000 points with x=time and smoothing took 24-26 s and 22.5 MB
+    (issue 23): the runs' points together are bounded, 422 beyond, saying how."""
+    ids = [f"r{i}" for i in range(20)]
+    for job_id in ids:
+        write_run(metrics_dir, job_id, loss_run(3))
+    sync(client, *ids)
+    jobs = ",".join(ids)
+
+    refused = client.get(f"/api/compare?jobs={jobs}&max_points=20000&x=time&smoothing=0.9")
+
+    assert refused.status_code == 422
+    message = refused.json()["detail"]
+    assert (
+        "20 runs x 20000 points is 400000" in message and "PLATFORM_COMPARE_MAX_POINTS" in message
+    )
+    assert client.get(f"/api/compare?jobs={jobs}&max_points=5000").status_code == 200
+    assert client.get(f"/api/compare?jobs={jobs}&max_points=5001").status_code == 422
+    assert client.get("/api/compare?jobs=r0,r1,r2,r3,r4&max_points=20000").status_code == 200
+
+
+def test_the_point_budget_is_the_servers_setting(settings: Settings, metrics_dir: Path) -> None:
+    write_run(metrics_dir, "a", loss_run(3))
+    write_run(metrics_dir, "b", loss_run(3))
+    tight = settings.model_copy(update={"compare_max_points": 100})
+    with TestClient(create_app(tight)) as client:
+        sync(client, "a", "b")
+        assert client.get("/api/compare?jobs=a,b&max_points=50").status_code == 200
+        assert client.get("/api/compare?jobs=a,b&max_points=51").status_code == 422
+
+
 def test_config_differences(client: TestClient, metrics_dir: Path) -> None:
     shared = {"model": "qwen", "rollout": {"n": 8, "temperature": 1.0}, "stages": [1, 2]}
     write_run(metrics_dir, "x", loss_run(2), {"config": {**shared, "actor": {"lr": 3e-6}}})

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -222,33 +223,59 @@ def test_the_demo_command_runs_runs_to_compare_keeps_its_log_quiet_and_reaps_the
         assert noise not in log, log
 
 
-def test_sigterm_to_the_demo_stops_its_trainer_too(tmp_path: Path) -> None:
+def _ignore_sigint() -> None:
+    """In the child before exec: SIGINT ignored, as a script's background job
+    (`training-platform demo &`) starts; an ignored signal stays ignored
+    across exec, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _wait_for_status(metrics_dir: Path, wanted: str, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        statuses = [read_status(p)["status"] for p in metrics_dir.glob("*_status.json")]
+        if statuses == [wanted]:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# The demo gives its trainer 10 s to stop before SIGKILL: well under it means
+# the trainer heard the stop signal, not the kill.
+STOPS_WITHIN = 8.0
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_to_the_demo_stops_its_trainer_too(tmp_path: Path, sigint: str) -> None:
     """uvicorn re-raises a captured SIGTERM once it has shut down: with the
     default disposition that killed the demo before it could stop its trainer,
-    which then ran on, orphaned, with nobody serving its run."""
+    which then ran on, orphaned, with nobody serving its run. With SIGINT
+    ignored (a background job of a script, or this suite run from one), the
+    trainer inherited that and the demo's SIGINT to it did nothing: it trained
+    10 s longer, was killed and its status file said "running" for good."""
     port = _free_port()
     metrics_dir = tmp_path / "metrics"
     command = _demo_command(tmp_path, port, steps=100000, step_delay=0.05)
     demo = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        preexec_fn=_ignore_sigint if sigint == "ignored" else None,
     )
     trainers: list[tuple[int, str]] = []
     try:
         deadline = time.monotonic() + 120
-        running = False
-        while time.monotonic() < deadline and not running:
-            statuses = [read_status(p)["status"] for p in metrics_dir.glob("*_status.json")]
-            running = statuses == ["running"]
-            time.sleep(0.2)
-        assert running
+        assert _wait_for_status(metrics_dir, "running", deadline)
         trainers = _children(demo.pid)
         assert len(trainers) == 1
         demo.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
         demo.wait(timeout=30)
         (trainer_pid, _state), *_ = trainers
         while time.monotonic() < deadline and Path(f"/proc/{trainer_pid}").exists():
             time.sleep(0.2)
         assert not Path(f"/proc/{trainer_pid}").exists(), "the trainer outlived the demo"
+        assert time.monotonic() - stopped_at < STOPS_WITHIN, "the trainer was killed"
         (status_path,) = metrics_dir.glob("*_status.json")
         assert read_status(status_path)["status"] == "stopped"
     finally:
@@ -257,3 +284,26 @@ def test_sigterm_to_the_demo_stops_its_trainer_too(tmp_path: Path) -> None:
         for pid, _state in trainers:
             if Path(f"/proc/{pid}").exists():
                 subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_demo_train_stops_on_sigint_and_sigterm_alike_even_with_sigint_ignored(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    command = [
+        sys.executable, "-m", "training_platform", "demo-train", "--job-id", "sig",
+        "--output-dir", str(tmp_path), "--steps", "100000", "--step-delay", "0.05",
+    ]  # fmt: skip
+    trainer = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_ignore_sigint
+    )
+    try:
+        assert _wait_for_status(tmp_path, "running", time.monotonic() + 120)
+        trainer.send_signal(stop)
+        trainer.wait(timeout=STOPS_WITHIN)
+        assert read_status(tmp_path / "sig_status.json")["status"] == "stopped"
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()

@@ -146,6 +146,7 @@ def test_a_huge_config_is_dropped_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_secret_looking_keys_are_masked_but_numbers_and_token_counts_stay() -> None:
+    """The shapes one by one: tests/callbacks/test_secrets.py."""
     config = {
         "hub_token": "hf_abcdef",
         "wandb": {"api_key": "0123", "WANDB_API_KEY": "4567", "entity": "me"},
@@ -163,8 +164,11 @@ def test_secret_looking_keys_are_masked_but_numbers_and_token_counts_stay() -> N
     }
     converted, _ = json_config(config)
     assert converted is not None
-    for key in ("hub_token", "db_password", "client_secret", "aws_credentials", "ssh_key"):
+    for key in ("hub_token", "db_password", "ssh_key"):
         assert converted[key] == "***", key
+    # Under a secret key, a list or an object keeps its shape, every value masked.
+    assert converted["client_secret"] == ["***", "***"]
+    assert converted["aws_credentials"] == {"id": "***"}
     assert converted["wandb"] == {"api_key": "***", "WANDB_API_KEY": "***", "entity": "me"}
     assert converted["max_new_tokens"] == 512 and converted["max_prompt_tokens"] == 128
     assert converted["tokenizer"] == "Qwen/Qwen2.5-0.5B"

@@ -392,3 +392,32 @@ def test_without_maintained_rollups_the_rows_still_answer(
 
     assert body["downsampled"] and body["count"] <= 64
     _check_buckets(body, records)
+
+
+@pytest.mark.parametrize("max_points", [5_000, 1_000, 100])
+def test_bucket_steps_says_how_far_apart_the_returned_points_are(
+    session_factory: sessionmaker[Session], job: str, max_points: int
+) -> None:
+    """Stored buckets are never split: a width of 3 asked of a 12,000-step run is
+    answered by 32-step buckets, and `bucket_steps` said 3 (issue 23)."""
+    rng = random.Random(6)
+    records = [_record(step, rng) for step in range(12_000)]
+    for start in range(0, len(records), 4_000):
+        _ingest(session_factory, records[start : start + 4_000])
+
+    with session_factory() as session:
+        body = downsampled_history(
+            session, job_id=JOB, start_step=7, end_step=None, max_points=max_points, fields=None
+        )
+
+    assert body["downsampled"] and body["count"] <= max_points
+    width = body["bucket_steps"]
+    starts = body["steps"]
+    # Every point but the range's ragged first one starts on the stored buckets'
+    # grid (multiples of the width), and none spans more than the width.
+    assert starts[0] == 7 and all(step % width == 0 for step in starts[1:])
+    assert all(last - first < width for first, last in zip(starts, body["last_steps"], strict=True))
+    assert {b - a for a, b in itertools.pairwise(starts[1:])} == {width}
+    assert width in WIDTHS and width >= bucket_width(7, 11_999, max_points)
+    assert body["count"] == -(-12_000 // width) - 7 // width  # the grid is full: no step missing
+    _check_buckets(body, records)

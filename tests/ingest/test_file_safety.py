@@ -130,12 +130,63 @@ def test_a_symlinked_metrics_file_is_refused_and_said_on_the_job(
 
     sync = client.post("/api/monitoring/leak/metrics/sync")
 
-    assert sync.status_code == 503
+    # A refusal by policy is permanent (until the file or the setting changes):
+    # a 4xx with the reason, not "unavailable, try again" (issue 23 §4).
+    assert sync.status_code == 409
+    assert sync.json()["code"] == "source_refused"
+    assert "PLATFORM_FOLLOW_SYMLINKS" in sync.json()["detail"]
     job = client.get("/api/jobs/leak").json()
     assert "symbolic link" in job["last_sync_error"]
     assert "PLATFORM_FOLLOW_SYMLINKS" in job["last_sync_error"]
     assert job["metrics_count"] == 0
     assert b"secret" not in client.get("/api/monitoring/leak/metrics").content
+
+
+def _plant(runs: Path, tmp_path: Path, what: str) -> None:
+    """Job `leak`'s files in `runs`, with `what` refused in place of one of them."""
+    runs.mkdir()
+    metrics = runs / "leak_metrics.jsonl"
+    if what == "metrics symlink":
+        metrics.symlink_to(secret_metrics(tmp_path))
+        return
+    if what == "metrics fifo":
+        os.mkfifo(metrics)
+        return
+    metrics.write_bytes(LINE)
+    if what == "status symlink":
+        secret = tmp_path / "secret.json"
+        secret.write_text('{"status": "running", "current_step": 5}')
+        (runs / "leak_status.json").symlink_to(secret)
+    elif what == "samples symlink":
+        (runs / "leak_samples.jsonl").symlink_to(secret_metrics(tmp_path))
+    elif what == "rollouts symlink":
+        outside = tmp_path / "outside_rollouts"
+        outside.mkdir()
+        (runs / "leak_rollouts").symlink_to(outside, target_is_directory=True)
+
+
+@pytest.mark.parametrize(
+    ("what", "reason"),
+    [
+        ("metrics symlink", "symbolic link"),
+        ("metrics fifo", "not a regular file"),
+        ("status symlink", "symbolic link"),
+        ("samples symlink", "symbolic link"),
+        ("rollouts symlink", "symbolic link"),
+    ],
+)
+def test_every_refused_file_of_a_job_is_409_with_the_reason_on_sync(
+    client: TestClient, tmp_path: Path, what: str, reason: str
+) -> None:
+    _plant(tmp_path / "runs", tmp_path, what)  # registered: a FIFO is never discovered
+    body = {"job_id": "leak", "metrics_dir": str(tmp_path / "runs")}
+    assert client.post("/api/jobs", json=body).status_code == 201
+
+    sync = client.post("/api/monitoring/leak/metrics/sync")
+
+    assert (sync.status_code, sync.json()["code"]) == (409, "source_refused"), sync.text
+    assert reason in sync.json()["detail"]
+    assert reason in client.get("/api/jobs/leak").json()["last_sync_error"]
 
 
 def test_the_setting_lets_a_symlinked_metrics_file_be_read(
@@ -159,10 +210,26 @@ def test_a_remote_fifo_metrics_file_is_said_on_the_job_at_once(
     with TestClient(create_app(trusting)) as client:
         assert client.post("/api/jobs", json=sshd.job_body()).status_code == 201
         started = time.monotonic()
-        assert client.post("/api/monitoring/remote1/metrics/sync").status_code == 503
+        sync = client.post("/api/monitoring/remote1/metrics/sync")
         assert time.monotonic() - started < 3
+        assert (sync.status_code, sync.json()["code"]) == (409, "source_refused")
         error = client.get("/api/jobs/remote1").json()["last_sync_error"]
         assert "not a regular file" in error and "unreachable" not in error
+
+
+@pytest.mark.ssh
+def test_a_remote_symlinked_metrics_file_is_409_with_the_reason_on_sync(
+    settings: Settings, sshd: SSHD, tmp_path: Path
+) -> None:
+    (sshd.remote_dir / "remote1_metrics.jsonl").symlink_to(secret_metrics(tmp_path))
+    trusting = settings.model_copy(
+        update={"ssh_key_dir": sshd.key_dir, "ssh_known_hosts": sshd.known_hosts_path}
+    )
+    with TestClient(create_app(trusting)) as client:
+        assert client.post("/api/jobs", json=sshd.job_body()).status_code == 201
+        sync = client.post("/api/monitoring/remote1/metrics/sync")
+        assert (sync.status_code, sync.json()["code"]) == (409, "source_refused")
+        assert "PLATFORM_FOLLOW_SYMLINKS" in sync.json()["detail"]
 
 
 # --- SSH reader ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from training_platform.errors import (
@@ -23,11 +24,14 @@ from training_platform.errors import (
     MetricsSourceError,
     PlatformError,
     RecordError,
+    SourceRefusedError,
+    StorageError,
 )
+from training_platform.store.storage_errors import storage_error
 
 logger = logging.getLogger(__name__)
 
-# Most specific first: HostKeyError is also a MetricsSourceError.
+# Most specific first: HostKeyError and SourceRefusedError are also MetricsSourceErrors.
 ERROR_STATUS: list[tuple[type[PlatformError], int, str]] = [
     (JobNotFoundError, 404, "job_not_found"),
     (ArtifactNotFoundError, 404, "artifact_not_found"),
@@ -36,8 +40,10 @@ ERROR_STATUS: list[tuple[type[PlatformError], int, str]] = [
     (InvalidParameterError, 422, "invalid_parameter"),
     (RecordError, 422, "invalid_record"),
     (JobConflictError, 409, "job_conflict"),
+    (SourceRefusedError, 409, "source_refused"),
     (HostKeyError, 502, "ssh_host_key_rejected"),
     (MetricsSourceError, 503, "metrics_source_unavailable"),
+    (StorageError, 503, "storage_unavailable"),
 ]
 
 _HTTP_CODES = {
@@ -63,6 +69,17 @@ def install_error_handlers(app: FastAPI) -> None:
         if status >= 500 and status != 502 and status != 503:
             logger.error("unmapped platform error: %r", exc)
         return JSONResponse({"detail": str(exc), "code": code}, status_code=status)
+
+    @app.exception_handler(OperationalError)
+    async def _storage_error(_request: Request, exc: OperationalError) -> JSONResponse:
+        # A full disk or a database gone away is a condition, not a bug: 503, so
+        # clients try again (before: a 500 from any route that wrote, syncs first).
+        error = storage_error(exc)
+        if error is None:  # bad SQL, not a condition of the storage: a bug, a 500
+            raise exc
+        logger.warning("storage unavailable: %s", error)
+        status, code = status_for(error)
+        return JSONResponse({"detail": str(error), "code": code}, status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -16,8 +16,9 @@ from fastapi import APIRouter, Depends, FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from training_platform import __version__
-from training_platform.api.deps import reject_unknown_query_params, require_token
+from training_platform.api.deps import require_token
 from training_platform.api.errors import install_error_handlers
+from training_platform.api.query_checks import check_query_params
 from training_platform.api.routers import (
     artifacts,
     compare,
@@ -77,7 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_security(app, settings)
     api = APIRouter(
         prefix="/api",
-        dependencies=[Depends(require_token), Depends(reject_unknown_query_params)],
+        dependencies=[Depends(require_token), Depends(check_query_params)],
     )
     api.include_router(jobs.router)
     api.include_router(compare.router)

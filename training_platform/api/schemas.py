@@ -6,7 +6,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from training_platform.api.request_body import RequestBody
 from training_platform.callbacks.wire import JOB_ID_PATTERN
+from training_platform.ingest.host_names import check_ssh_host
 from training_platform.ingest.safe_paths import check_path_text
 
 JobId = Annotated[
@@ -22,14 +24,21 @@ JobId = Annotated[
 # not take it (NUL, a name over 255 bytes, ~nouser), instead of failing as a
 # 500 inside the file-system call.
 LocalPath = Annotated[str, AfterValidator(lambda text: check_path_text(text, "the path"))]
+# A host name or an IP address ("[v6]" is stored bare); anything else, a
+# leading "-" or "user@host" included, is a 422 naming `ssh.host`.
+SSHHost = Annotated[str, AfterValidator(check_ssh_host)]
 
 
-class SSHSourceIn(BaseModel):
+class SSHSourceIn(RequestBody):
     """Where an SSH job's files are. Key-based auth only: no password is accepted."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    host: str = Field(min_length=1, max_length=255, examples=["gpu-node-3"])
+    host: SSHHost = Field(
+        min_length=1,
+        max_length=255,
+        description="A host name or an IPv4/IPv6 address (the user and port have their own "
+        "fields).",
+        examples=["gpu-node-3"],
+    )
     port: int = Field(default=22, ge=1, le=65535)
     username: str = Field(min_length=1, max_length=255, examples=["alice"])
     key_path: LocalPath = Field(
@@ -45,10 +54,8 @@ class SSHSourceIn(BaseModel):
     )
 
 
-class JobCreate(BaseModel):
+class JobCreate(RequestBody):
     """Register a job: exactly one of `metrics_dir` (a local directory) and `ssh`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     job_id: JobId
     metrics_dir: LocalPath | None = Field(default=None, min_length=1, examples=["/data/runs"])
@@ -149,7 +156,8 @@ class JobOut(BaseModel):
     )
     notes: str | None = Field(default=None, description="Free text set by PATCH.")
     config: dict[str, Any] | None = Field(
-        default=None, description="The run file's config (secrets masked by the callback)."
+        default=None,
+        description="The run file's config, secrets masked (by the callback, again when stored).",
     )
     run: RunOut | None = Field(
         default=None, description="The rest of the run file; null: none read."
@@ -159,11 +167,9 @@ class JobOut(BaseModel):
 Tag = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^,]*$")]
 
 
-class JobPatch(BaseModel):
+class JobPatch(RequestBody):
     """What the platform keeps about a run besides its files; a field left out is
     unchanged, null gives `name`/`tags` back to the run file and clears `notes`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(default=None, min_length=1, max_length=256)
     tags: list[Tag] | None = Field(default=None, max_length=64)

@@ -35,6 +35,7 @@ from training_platform.api.ws_protocol import protocol_class
 from training_platform.callbacks.wire import JOB_ID_PATTERN, MAX_STEP
 from training_platform.errors import InvalidParameterError, PlatformError
 from training_platform.settings import Settings
+from training_platform.store.storable import unstorable_character
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +176,10 @@ def query_params(websocket: WebSocket, allowed: tuple[str, ...]) -> dict[str, st
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise InvalidParameterError(f"parameter(s) given more than once: {', '.join(repeated)}")
+    for name, value in items:
+        bad = unstorable_character(value)
+        if bad is not None:  # the same rule as the REST routes' (api/query_checks.py)
+            raise InvalidParameterError(f"parameter {name!r} contains {bad}")
     return {name: value for name, value in items if name != "token"}
 
 

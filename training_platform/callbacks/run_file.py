@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
@@ -27,39 +26,17 @@ from typing import Any, Final
 import orjson
 
 from training_platform.callbacks.record_writer import write_json_atomic
+from training_platform.callbacks.secrets import mask_argv, mask_config, mask_run
 
 logger = logging.getLogger(__name__)
 
 RUN_SUFFIX: Final = "_run.json"
 MAX_CONFIG_BYTES: Final = 512 * 1024  # the platform refuses a run file over 1 MiB
-MASK: Final = "***"
 MAX_DEPTH: Final = 64
 MAX_TENSOR_ITEMS: Final = 64  # a bigger tensor or array is described, not listed
 MAX_REPR_CHARS: Final = 1000
 
-# `*token*` (but not `max_new_tokens`, `tokenizer`, `pad_token`), `*password*`,
-# `*secret*`, `*credential*`, `*key` (`api_key`, `wandb_key`), `*api_key*`.
-_SECRET = re.compile(
-    r"passw(or)?d|secret|credential|api_?key|key$"
-    r"|(?<!pad_)(?<!eos_)(?<!bos_)(?<!unk_)(?<!sep_)(?<!cls_)(?<!mask_)token(?!s|izer)",
-    re.IGNORECASE,
-)
 _NONFINITE: Final = {math.inf: "Infinity", -math.inf: "-Infinity"}
-
-
-def is_secret_key(key: str) -> bool:
-    return _SECRET.search(key) is not None
-
-
-def _masked(key: str, value: Any) -> bool:
-    """A secret-looking key hides its value, unless the value is a number,
-    a boolean or null (`max_key_len: 5` hides nothing worth hiding)."""
-    return (
-        value is not None
-        and not isinstance(value, (bool, int, float))
-        and is_secret_key(key)
-        and value != ""
-    )
 
 
 class _Converter:
@@ -123,7 +100,7 @@ class _Converter:
         for raw_key, item in value.items():
             key = str(raw_key)
             where = f"{path}.{key}" if path else key
-            out[key] = MASK if _masked(key, item) else self.value(item, where, depth + 1)
+            out[key] = self.value(item, where, depth + 1)
         return out
 
 
@@ -174,6 +151,8 @@ def json_config(config: Any) -> tuple[dict[str, Any] | None, str | None]:
     converted = converter.value(config, "")
     if not isinstance(converted, dict):
         converted = {"value": converted}
+    # Masked once plain: the rules see what the platform will (callbacks/secrets.py).
+    converted = mask_config(converted)
     if converter.converted:
         shown = ", ".join(converter.converted[:10])
         more = len(converter.converted) - 10
@@ -191,26 +170,8 @@ def json_config(config: Any) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def masked_command(argv: Sequence[str]) -> list[str]:
-    """The command line with the values of secret-looking options hidden:
-    ``--hub_token xyz``, ``--api-key=xyz`` and Hydra's ``trainer.api_key=xyz``."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next and not arg.startswith("-"):
-            out.append(MASK)
-            hide_next = False
-            continue
-        hide_next = False
-        name, equals, _ = arg.partition("=")
-        key = name.lstrip("-").rsplit(".", 1)[-1].replace("-", "_")
-        if equals and is_secret_key(key):
-            out.append(f"{name}={MASK}")
-        elif arg.startswith("-") and not equals and is_secret_key(key):
-            out.append(arg)
-            hide_next = True
-        else:
-            out.append(arg)
-    return out
+    """The command line with its secrets hidden (`callbacks/secrets.py`)."""
+    return mask_argv(argv)
 
 
 def git_state(directory: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
@@ -311,7 +272,9 @@ def run_payload(
     payload["host"] = socket.gethostname()
     payload["command"] = masked_command(sys.argv if argv is None else argv)
     payload["started_at"] = started_at
-    return payload
+    # The rest (name, tags, git, ...) by the same rules; the config's second
+    # pass changes nothing (masking is idempotent) and runs once per run.
+    return mask_run(payload)
 
 
 def write_run_file(

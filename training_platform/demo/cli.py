@@ -14,9 +14,19 @@ from training_platform.callbacks.platform_callback import default_output_dir
 from training_platform.demo.launcher import QUIET_ENVIRONMENT
 from training_platform.demo.trainer import DemoConfig, run_demo
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-def _stop_like_ctrl_c(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt("terminated")
+
+def _stop_like_ctrl_c(signum: int, _frame: FrameType | None) -> None:
+    """End the run as Ctrl-C would: `platform_run` writes "stopped" on the way out.
+
+    Once only: a second signal (Ctrl-C reaching the whole process group, then
+    the demo's own SIGTERM to its child) would interrupt that very write. A
+    trainer that does not end is killed by whoever sent the first.
+    """
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def demo_train(
@@ -144,10 +154,18 @@ def demo_train(
         described["name"] = name
     # `kill` or a process-group SIGTERM (timeout, a job scheduler) would end
     # the process before the run could say so: stop it like Ctrl-C instead, so
-    # the status file ends "stopped" rather than "running" forever.
-    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+    # the status file ends "stopped" rather than "running" forever. SIGINT is
+    # set too: started with it ignored (a script's background job), Python
+    # installs no handler for it and Ctrl-C or `kill -INT` would do nothing.
+    previous = {stop: signal.signal(stop, _stop_like_ctrl_c) for stop in STOP_SIGNALS}
     typer.echo(f"demo-train: job {job_id!r} -> {directory}")
-    result = run_demo(job_id, directory, config, stop_on_anomaly=stop_on_anomaly, **described)
+    try:
+        result = run_demo(job_id, directory, config, stop_on_anomaly=stop_on_anomaly, **described)
+    finally:
+        # Called in-process (tests, CliRunner), the caller gets its own handlers back.
+        for stop, handler in previous.items():
+            if handler is not None:
+                signal.signal(stop, handler)
     typer.echo(f"{result.status} after {result.steps_run} steps: {result.metrics_path}")
     if profile:
         profiles = result.metrics_path.parent / f"{job_id}_profiles"

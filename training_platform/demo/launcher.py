@@ -81,10 +81,15 @@ class DemoTrainer:
         return self.returncode
 
     def stop(self, timeout: float = 10.0) -> None:
-        """End the run like Ctrl-C (its status file says "stopped", not
-        "running" forever), then kill it if it has not ended within `timeout`."""
+        """End the run (its status file says "stopped", not "running" forever),
+        then kill it if it has not ended within `timeout`.
+
+        SIGTERM, not SIGINT: a demo started with SIGINT ignored (a background
+        job of a script) passes that on to its child, where an ignored signal
+        stays ignored across exec. `demo-train` handles SIGTERM itself.
+        """
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -137,13 +137,18 @@ def run_demo(
     if config.stall_at is not None:
         extra_callbacks.append(StallWriter(config.stall_at, config.stall_seconds, stop_event))
     if config.profile:
+        from training_platform.callbacks.memory import MemoryMonitor
         from training_platform.callbacks.profiling import StepProfiler
         from training_platform.callbacks.torch_trace import TraceSchedule
 
         schedule = TraceSchedule(
             wait=config.trace_wait, warmup=config.trace_warmup, active=config.trace_active, repeat=1
         )
-        profiler = StepProfiler(job_id, output_dir, trace=schedule)
+        # Memory after every step: the demo's steps take ~3 ms on a quiet CPU,
+        # under the kit's 50 ms default interval, which left a 24-step run two
+        # samples, no trend and a leak verdict of "unknown" (a flaky view test).
+        memory = MemoryMonitor(min_interval_s=0.0)
+        profiler = StepProfiler(job_id, output_dir, trace=schedule, memory=memory)
         contributors = list(platform_options.pop("contributors", ()))
         platform_options["contributors"] = [*contributors, profiler]
     steps_run = 0

@@ -83,6 +83,7 @@ def downsampled_history(
         }
         return bounded(exact, omitted, max_bytes)
     width = bucket_width(lo, hi, max_points)
+    origin = lo
     if rows <= RAW_BUCKETING_ROWS:
         pieces = _row_pieces(session, job_id, lo, hi)
     elif (rolled_up_through(session, job_id) or -1) < hi:
@@ -91,8 +92,9 @@ def downsampled_history(
         logger.warning("metric_rollups of %s lag behind its rows: reading rows", job_id)
         pieces = _row_pieces(session, job_id, lo, hi)
     else:
-        pieces = _rollup_pieces(session, job_id, lo, hi, width, fields)
-    buckets = coalesce(pieces, lo, width)
+        level, width, origin = _stored_grid(lo, hi, width, max_points)
+        pieces = _rollup_pieces(session, job_id, lo, hi, level, fields)
+    buckets = coalesce(pieces, origin, width)
     columns = buckets_to_json(buckets, fields, max_series=max_series, omitted=omitted)
     summary = {
         **body,
@@ -214,12 +216,30 @@ def _row_pieces(session: Session, job_id: str, lo: int, hi: int) -> Iterator[Pie
         yield Bucket.of_record(record["step"], series_values(record), record.get("timestamp"))
 
 
+def _stored_grid(lo: int, hi: int, width: int, max_points: int) -> tuple[int, int, int]:
+    """The rollup level to read, and the answer's bucket width and grid origin.
+
+    Stored buckets are never split, so when the finest level that serves the
+    range is wider than asked (32 steps for a width of 3), its width is the
+    answer's and its grid too (the origin aligned to it): every point is one
+    stored bucket or the ragged end of the range, and `bucket_steps` says how
+    far apart the points are. A width beyond the top level merges its buckets
+    on the range's own grid, as rows are.
+    """
+    for level, stored in enumerate(WIDTHS):
+        if stored < width:
+            continue
+        origin = lo - lo % stored
+        if -(-(hi + 1 - origin) // stored) <= max_points:  # aligning may add one point
+            return level, stored, origin
+    return len(WIDTHS) - 1, width, lo
+
+
 def _rollup_pieces(
-    session: Session, job_id: str, lo: int, hi: int, width: int, fields: frozenset[str] | None
+    session: Session, job_id: str, lo: int, hi: int, top: int, fields: frozenset[str] | None
 ) -> Iterator[Piece]:
-    """The range as stored buckets: the finest level at least a point wide, finer at the
-    ends (the sealed chunks inside it with only the series `fields` asks for)."""
-    top = next((level for level, w in enumerate(WIDTHS) if w >= width), len(WIDTHS) - 1)
+    """The range as stored buckets of level `top`, finer at the ends (the sealed
+    chunks inside it with only the series `fields` asks for)."""
     for span in cover(lo, hi, WIDTHS, top):
         if span.level < 0:
             yield from _row_pieces(session, job_id, span.lo, span.hi)

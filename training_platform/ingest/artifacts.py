@@ -11,7 +11,8 @@ served, whatever the trainer does to the folder meanwhile:
   or a FIFO between a check and the open is refused, never followed or waited on;
 - SSH: the remote server resolves the path (realpath) and it must be exactly
   the requested one inside the job's remote folder (no symlink at any
-  component), and a regular file, before it is opened once for the download.
+  component), and a regular file, before it is opened once for the download;
+  what was opened is compared with it (`sftp_open.py`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ from pathlib import Path
 
 import paramiko
 
-from training_platform.errors import ArtifactNotFoundError, InvalidParameterError
+from training_platform.errors import (
+    ArtifactNotFoundError,
+    InvalidParameterError,
+    MetricsSourceError,
+)
 from training_platform.ingest.readers import LocalMetricsReader, MetricsReader
 from training_platform.ingest.safe_paths import NAME_MAX, PATH_MAX, open_regular_beneath
+from training_platform.ingest.sftp_open import open_remote_regular
 from training_platform.ingest.ssh import sftp_read_at
 from training_platform.ingest.ssh_reader import SSHMetricsReader
 
@@ -252,21 +258,17 @@ class _SSHArtifacts:
                 # asked for went through one (`step_2 -> /etc`), and is refused.
                 if sftp.normalize(expected) != expected:
                     raise not_found()
-                # Type checked before the open: opening a FIFO blocks the remote
-                # sftp-server until a writer comes, which may be never.
-                if not stat.S_ISREG(sftp.lstat(expected).st_mode or 0):
-                    raise not_found()
-                file = sftp.open(expected, "rb")
+                # Type checked before the open (opening a FIFO blocks the remote
+                # sftp-server until a writer comes, which may be never), and what
+                # was opened compared with it: a symlink swapped in for the
+                # instant of the open is refused too (`sftp_open.py`).
+                return open_remote_regular(sftp, expected, expected, follow_symlinks=False)
+            except MetricsSourceError:
+                raise not_found() from None
             except OSError as exc:
                 if _is_status_error(exc, sftp):
                     raise not_found() from None
                 raise
-            try:
-                size = file.stat().st_size or 0
-            except BaseException:
-                file.close()
-                raise
-            return file, size
 
         file, size = self.reader.connection.run(open_checked)
         offset = 0

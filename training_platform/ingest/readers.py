@@ -33,7 +33,7 @@ from typing import Any, Final, Self
 
 from training_platform.callbacks.wire import JOB_ID_PATTERN, validate_job_id
 from training_platform.callbacks.wire_lines import decode_line
-from training_platform.errors import MetricsSourceError
+from training_platform.errors import MetricsSourceError, SourceRefusedError
 from training_platform.ingest.file_kinds import LineFileKind
 from training_platform.ingest.line_scanner import (
     Decode,
@@ -205,7 +205,11 @@ class MetricsReader(ABC):
     @abstractmethod
     def read_small_file(self, suffix: str, limit: int) -> bytes | None:
         """Up to `limit` bytes of the job's `suffix` file (status, run file), read
-        whole; None when it does not exist or cannot be read (logged)."""
+        whole; None when it does not exist or is not a regular file (logged).
+
+        Raises `MetricsSourceError` when it is a refused symlink, or exists but may
+        not be read (permission denied): said on the job as for the metrics file.
+        """
 
     @abstractmethod
     def file_signature(self, suffix: str) -> tuple[int, ...] | None:
@@ -242,7 +246,7 @@ def _pread(fd: int, offset: int, size: int) -> bytes:
     return b"".join(parts)
 
 
-class NotRegularFileError(MetricsSourceError):
+class NotRegularFileError(SourceRefusedError):
     """A FIFO, directory or device where a job's file should be."""
 
 
@@ -259,8 +263,9 @@ def _open_regular(path: Path, *, follow_symlinks: bool) -> tuple[int, int]:
     """Open `path` for reading; return (fd, size). Refuses anything but a regular file.
 
     Without `follow_symlinks` a symlink in place of the file is refused
-    (`MetricsSourceError`): O_NOFOLLOW decides at the open itself, so a link
-    swapped in after any earlier look is refused too.
+    (`SourceRefusedError`): O_NOFOLLOW decides at the open itself, so a link
+    swapped in after any earlier look is refused too. Anything but a regular
+    file is `NotRegularFileError`.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     if not follow_symlinks:
@@ -270,15 +275,16 @@ def _open_regular(path: Path, *, follow_symlinks: bool) -> tuple[int, int]:
         fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow_symlinks and path.is_symlink():
-            raise MetricsSourceError(f"{path} {SYMLINK_REFUSED}") from None
+            raise SourceRefusedError(f"{path} {SYMLINK_REFUSED}") from None
         raise
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is not a regular file")
     except OSError:
         os.close(fd)
         raise
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise NotRegularFileError(f"{path} is not a regular file")
     return fd, info.st_size
 
 
@@ -323,7 +329,11 @@ class LocalMetricsReader(MetricsReader):
             fd, _ = _open_regular(path, follow_symlinks=self.follow_symlinks)
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except PermissionError as exc:
+            # Aloud, as for an unreadable metrics file: ignored (a warning at every
+            # sync), the run's status and metadata went stale with no word on the job.
+            raise MetricsSourceError(f"cannot open {path}: {exc.strerror or exc}") from None
+        except (OSError, NotRegularFileError) as exc:  # a symlink is still refused, aloud
             logger.warning("cannot read %s: %s", path, exc)
             return None
         try:

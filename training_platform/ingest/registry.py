@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
+from training_platform.ingest.host_names import check_ssh_host
 from training_platform.ingest.persister import ensure_sync_state
 from training_platform.ingest.readers import LocalMetricsReader, MetricsReader, discover_job_ids
 from training_platform.ingest.rollout_files import RolloutSource, SSHRolloutSource, local_source
@@ -83,9 +84,10 @@ def register_job(
     rollout dumps, `ingest/rollouts.py`) only with `metrics_dir`: an SSH job
     names its own in `ssh.remote_rollout_dir`. The rollout directory may not
     exist yet (verl makes it at its first dump). Raises `InvalidSourceError`
-    for a missing metrics directory, a rollout path that is not a directory or
-    a key outside the key dir, `JobConflictError` when the id is taken by a
-    different source.
+    for a directory outside `settings.allowed_job_roots`, a missing metrics
+    directory, a rollout path that is not a directory, an SSH host that is
+    neither a host name nor an address or a key outside the key dir,
+    `JobConflictError` when the id is taken by a different source.
     """
     validate_job_id(job_id)
     if (metrics_dir is None) == (ssh is None):
@@ -94,20 +96,24 @@ def register_job(
         raise InvalidSourceError("an SSH job's rollout directory is 'ssh.remote_rollout_dir'")
     candidate = Job(job_id=job_id, discovered=False, status="pending", anomaly_detected=False)
     if metrics_dir is not None:
-        directory = Path(metrics_dir).expanduser()
+        directory = allowed_directory(metrics_dir, "metrics_dir", settings)
         if not directory.is_dir():
             raise InvalidSourceError(f"metrics_dir {metrics_dir!r} is not a directory")
-        candidate.source, candidate.metrics_dir = "local", str(directory.resolve())
+        candidate.source, candidate.metrics_dir = "local", str(directory)
         if rollout_dir is not None:
-            rollouts = Path(rollout_dir).expanduser()
+            rollouts = allowed_directory(rollout_dir, "rollout_dir", settings)
             if rollouts.exists() and not rollouts.is_dir():
                 raise InvalidSourceError(f"rollout_dir {rollout_dir!r} is not a directory")
-            candidate.rollout_dir = str(rollouts.resolve())
+            candidate.rollout_dir = str(rollouts)
     else:
         assert ssh is not None
+        try:
+            host = check_ssh_host(ssh.host)
+        except ValueError as exc:
+            raise InvalidSourceError(f"ssh.host: {exc}") from None
         key = resolve_key_path(ssh.key_path, settings.ssh_key_dir)
         candidate.source = "ssh"
-        candidate.ssh_host, candidate.ssh_port = ssh.host, ssh.port
+        candidate.ssh_host, candidate.ssh_port = host, ssh.port
         candidate.ssh_username, candidate.ssh_key_path = ssh.username, str(key)
         candidate.ssh_remote_dir = ssh.remote_dir
         candidate.rollout_dir = ssh.remote_rollout_dir
@@ -124,6 +130,30 @@ def register_job(
     session.flush()
     ensure_sync_state(session, job_id)
     return candidate, True
+
+
+def allowed_directory(text: str, field: str, settings: Settings) -> Path:
+    """`text` resolved (symlinks and ".." included), if the settings let jobs live there.
+
+    With `settings.allowed_job_roots` empty any directory is allowed (the
+    default); else it must lie under one of them or under the metrics
+    directory. Checked before the path is looked at any further, so a refusal
+    never tells what exists outside the roots, nor where a symlink leads.
+    """
+    try:
+        resolved = Path(text).expanduser().resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop, before Python 3.13
+        raise InvalidSourceError(f"{field} {text!r} cannot be resolved (a symlink loop?)") from None
+    roots = settings.allowed_job_roots
+    if not roots:
+        return resolved
+    allowed = (*roots, settings.metrics_dir.expanduser().resolve())
+    if not any(resolved.is_relative_to(root) for root in allowed):
+        raise InvalidSourceError(
+            f"{field} {text!r} is outside the directories PLATFORM_ALLOWED_JOB_ROOTS allows "
+            "(symlinks resolved)"
+        )
+    return resolved
 
 
 def _same_source(a: Job, b: Job) -> bool:

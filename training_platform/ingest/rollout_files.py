@@ -17,7 +17,7 @@ swapped for a symlink or a FIFO after the listing is refused, not followed
 or waited on. The default directory, `{job_id}_rollouts/` next to the
 metrics file, must not itself be a symlink (unless allowed); one given at
 registration was resolved then. Over SSH the type is looked at (lstat)
-before the open, as `ssh_reader.py` does.
+before the open, and what was opened compared with it (`sftp_open.py`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,14 @@ from typing import Final, Literal, Self
 
 import paramiko
 
-from training_platform.errors import MetricsSourceError
-from training_platform.ingest.readers import SYMLINK_REFUSED
+from training_platform.errors import MetricsSourceError, SourceRefusedError
+from training_platform.ingest.readers import SYMLINK_REFUSED, NotRegularFileError
 from training_platform.ingest.rollout_lines import ROLLOUTS_SUFFIX, step_of_name
+from training_platform.ingest.sftp_open import (
+    FileSwappedError,
+    SymlinkRefusedError,
+    open_remote_regular,
+)
 from training_platform.ingest.ssh import SSHConnection, sftp_read_at
 
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -142,7 +147,7 @@ class LocalRolloutSource(RolloutSource):
             return []
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(self.where):
-                raise MetricsSourceError(f"{self.where} {SYMLINK_REFUSED}") from None
+                raise SourceRefusedError(f"{self.where} {SYMLINK_REFUSED}") from None
             raise MetricsSourceError(f"cannot open {self.where}: {exc.strerror or exc}") from None
         entries = []
         try:
@@ -250,13 +255,14 @@ class SSHRolloutSource(RolloutSource):
 
         def read(sftp: paramiko.SFTPClient) -> RolloutRead:
             try:
-                # Looked at before opening: the remote server opens a FIFO blocking.
-                mode = (sftp.stat(path) if self._follow else sftp.lstat(path)).st_mode or 0
-                if not stat.S_ISREG(mode):
-                    reason = SYMLINK_REFUSED if stat.S_ISLNK(mode) else "is not a regular file"
-                    return RolloutRead("refused", entry.size, entry.mtime_ns, reason=reason)
-                file = sftp.open(path, "rb")
-            except FileNotFoundError:
+                # A symlink swapped in around the open is caught too (`sftp_open.py`).
+                file, _ = open_remote_regular(sftp, path, path, follow_symlinks=self._follow)
+            except SymlinkRefusedError:
+                return RolloutRead("refused", entry.size, entry.mtime_ns, reason=SYMLINK_REFUSED)
+            except NotRegularFileError:
+                reason = "is not a regular file"
+                return RolloutRead("refused", entry.size, entry.mtime_ns, reason=reason)
+            except (FileNotFoundError, FileSwappedError):  # being replaced: look again later
                 return RolloutRead("changing", entry.size, entry.mtime_ns)
             except PermissionError as exc:
                 raise MetricsSourceError(f"cannot open {self.where}/{entry.name}: {exc}") from None

@@ -6,6 +6,9 @@ so an unchanged run file costs one `stat` per sync. The bytes' digest is
 stored: a restarted server reading the same file again writes nothing.
 A refused version (too large, not JSON, not an object, another job's) is
 counted once and explained; what the last good version said is kept.
+Secrets are masked before anything is stored, by the callback's rules
+(`callbacks/secrets.py`): a file from an older callback, another tool or a
+hand is not trusted to have done it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, Final
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.run_file import RUN_SUFFIX as RUN_SUFFIX  # re-exported
+from training_platform.callbacks.secrets import mask_run
 from training_platform.ingest.readers import MetricsReader
 from training_platform.store.models import RunFile
 from training_platform.store.run_meta import RUN_TAGS, clean_tags, replace_tags
@@ -79,7 +83,8 @@ def _text(value: Any) -> str | None:
 
 
 def run_columns(parsed: dict[str, Any]) -> dict[str, Any]:
-    """The `run_files` columns a good run file sets."""
+    """The `run_files` columns a good run file sets, its secrets masked."""
+    parsed = mask_run(parsed)
     config = parsed.get("config")
     if config is not None and not isinstance(config, dict):
         config = {"value": config}

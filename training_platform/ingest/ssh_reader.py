@@ -14,11 +14,11 @@ from training_platform.ingest.line_scanner import ReadAt, ReadBatch
 from training_platform.ingest.readers import (
     METRICS_SUFFIX,
     STATUS_SUFFIX,
-    SYMLINK_REFUSED,
     MetricsReader,
     MissingFileError,
     NotRegularFileError,
 )
+from training_platform.ingest.sftp_open import open_remote_regular
 from training_platform.ingest.ssh import SSHConnection, SSHTarget, sftp_read_at
 
 logger = logging.getLogger(__name__)
@@ -61,34 +61,23 @@ class SSHMetricsReader(MetricsReader):
 
         def read(sftp: paramiko.SFTPClient) -> ReadBatch:
             try:
-                self._check_remote_type(sftp, path, where)
-                file = sftp.open(path, "rb")
+                file, size = self._open(sftp, path, where)
             except FileNotFoundError:
                 raise MissingFileError(f"{what} file {where} does not exist") from None
             except PermissionError as exc:
                 raise MetricsSourceError(f"cannot open {where}: {exc}") from None
             with file:
-                info = file.stat()
-                if not stat.S_ISREG(info.st_mode or 0):
-                    raise MetricsSourceError(f"{where} is not a regular file")
-                size = info.st_size or 0
                 return scan(lambda offset, n: sftp_read_at(file, offset, n), size)
 
         return self.connection.run(read)
 
-    def _check_remote_type(self, sftp: paramiko.SFTPClient, path: str, where: str) -> None:
-        """Refuse a remote symlink (unless allowed) or anything but a regular file.
-
-        Looked at before opening: the remote sftp-server opens a FIFO blocking,
-        so opening one hung each sync until the timeout, reported the host as
-        unreachable and left a stuck sftp-server process behind per attempt.
-        """
-        info = sftp.stat(path) if self.follow_symlinks else sftp.lstat(path)
-        mode = info.st_mode or 0
-        if stat.S_ISLNK(mode):
-            raise MetricsSourceError(f"{where} {SYMLINK_REFUSED}")
-        if not stat.S_ISREG(mode):
-            raise NotRegularFileError(f"{where} is not a regular file")
+    def _open(
+        self, sftp: paramiko.SFTPClient, path: str, where: str
+    ) -> tuple[paramiko.SFTPFile, int]:
+        """The job's file, opened: a regular file, no symlink unless allowed, and the
+        file the path named around the open (`sftp_open.py`: SFTP cannot refuse a
+        link at the open itself)."""
+        return open_remote_regular(sftp, path, where, follow_symlinks=self.follow_symlinks)
 
     def read_small_file(self, suffix: str, limit: int) -> bytes | None:
         path = posixpath.join(self.remote_dir, f"{self.job_id}{suffix}")
@@ -96,12 +85,14 @@ class SSHMetricsReader(MetricsReader):
 
         def read(sftp: paramiko.SFTPClient) -> bytes | None:
             try:
-                self._check_remote_type(sftp, path, where)
-                with sftp.open(path, "rb") as file:
-                    data: bytes = file.read(limit)
-                    return data
-            except (FileNotFoundError, PermissionError):
+                file, _ = self._open(sftp, path, where)
+            except FileNotFoundError:
                 return None
+            except PermissionError as exc:  # aloud, as the local reader does
+                raise MetricsSourceError(f"cannot open {where}: {exc}") from None
+            with file:
+                data: bytes = file.read(limit)
+                return data
 
         try:
             return self.connection.run(read)

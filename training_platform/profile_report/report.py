@@ -3,7 +3,9 @@
 Never raises on bad files: each problem is reported with the file it is in
 (``problems``), and what was left unread on purpose (a trace over the size
 cap, older profiles past `max_profiles`) is said in ``notes``. Errors of the
-source itself (a host that cannot be reached) propagate to the caller.
+source itself (a host that cannot be reached) propagate to the caller, and so
+does `ScanCancelled` when `should_stop()` turns true (asked between files and
+between the batches of a trace).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from training_platform.profile_report.op_table import OpTableError, read_op_table
 from training_platform.profile_report.rules import recommend
@@ -29,7 +31,7 @@ from training_platform.profile_report.stage_summary import (
     stage_breakdown,
     throughput_part,
 )
-from training_platform.profile_report.trace_scan import TraceError, scan_trace
+from training_platform.profile_report.trace_scan import ScanCancelled, TraceError, scan_trace
 
 REPORT_VERSION = 1
 SUMMARY_FILE = "stage_times.json"
@@ -41,20 +43,39 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 _READ_ERRORS = (OSError, ValueError, TooLargeError, TraceError, OpTableError)
 
 
+class TraceScans(Protocol):
+    """Scans of single traces kept across reports, by file (path, size, mtime)."""
+
+    def get(self, trace: ProfileFile) -> dict[str, Any] | None: ...
+
+    def put(self, trace: ProfileFile, scanned: dict[str, Any]) -> None: ...
+
+
 def build_report(
     source: ProfileSource,
     *,
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
     max_profiles: int = DEFAULT_MAX_PROFILES,
+    files: list[ProfileFile] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    scans: TraceScans | None = None,
 ) -> dict[str, Any]:
-    """The report as JSON-able data (see the package docstring and docs/profiling.md)."""
+    """The report as JSON-able data (see the package docstring and docs/profiling.md).
+
+    `files`: the source's listing when the caller has it already (the API
+    lists once, to know whether a cached report still holds). `scans`: what
+    earlier reports read of traces that have not changed since (the API's;
+    a training run rewrites `stage_times.json` every 30 s and adds a step's
+    trace now and then, and only what changed is read again).
+    """
     problems: list[dict[str, str]] = []
     notes: list[str] = []
 
     def problem(path: str, text: str) -> None:
         problems.append({"path": path, "problem": text})
 
-    files = source.files()
+    if files is None:
+        files = source.files()
     for skipped in getattr(source, "skipped", []):
         problem(skipped, "a symbolic link: not read (it could lead outside the profile)")
     if not files:
@@ -80,7 +101,13 @@ def build_report(
         )
     traces = []
     for name in sorted(ordered[:max_profiles], key=lambda n: int(n[5:])):
-        traces.append(_read_profile(source, name, step_dirs[name], max_trace_bytes, problem, notes))
+        if should_stop is not None and should_stop():
+            raise ScanCancelled("the report was stopped: nobody waits for it")
+        traces.append(
+            _read_profile(
+                source, name, step_dirs[name], max_trace_bytes, problem, notes, should_stop, scans
+            )
+        )
 
     breakdown = stage_breakdown(summary) if summary else None
     report: dict[str, Any] = {
@@ -133,6 +160,8 @@ def _read_profile(
     max_trace_bytes: int,
     problem: Any,
     notes: list[str],
+    should_stop: Callable[[], bool] | None,
+    scans: TraceScans | None,
 ) -> dict[str, Any]:
     present = {file.path.split("/", 1)[1]: file for file in files}
     entry: dict[str, Any] = {
@@ -158,24 +187,19 @@ def _read_profile(
             )
         else:
             try:
-                with _closing(source.open(trace.path)) as chunks:
-                    scan = scan_trace(chunks, max_trace_bytes)
+                scanned = scans.get(trace) if scans is not None else None
+                if scanned is None:
+                    scanned = _scan_file(source, trace, max_trace_bytes, should_stop)
+                    if scans is not None:
+                        scans.put(trace, scanned)
             except _READ_ERRORS as exc:
                 problem(trace.path, _short(exc))
             else:
-                entry["trace"].update(read=True, events=scan.events, complete=scan.complete)
-                entry["scan"] = {
-                    "steps": scan.steps,
-                    "step_us": scan.step_us,
-                    "kernels": scan.kernels,
-                    "kernel_us": scan.kernel_us,
-                    "sync_calls": scan.sync_calls,
-                    "sync_us": scan.sync_us,
-                    "item_calls": scan.item_calls,
-                    "top_ops": scan.top_ops(TOP_OPERATORS),
-                    "self_times_partial": scan.self_times_partial,
-                }
-                if not scan.steps:
+                entry["trace"].update(
+                    read=True, events=scanned["events"], complete=scanned["complete"]
+                )
+                entry["scan"] = scanned["scan"]
+                if not scanned["scan"]["steps"]:
                     problem(trace.path, "no ProfilerStep#N span: not a torch.profiler step trace")
     table = present.get("op_stats.csv")
     if table is None:
@@ -201,8 +225,40 @@ def _read_profile(
     return entry
 
 
+def _scan_file(
+    source: ProfileSource,
+    trace: ProfileFile,
+    max_trace_bytes: int,
+    should_stop: Callable[[], bool] | None,
+) -> dict[str, Any]:
+    """What a report keeps of one trace (read-only from here on: `scans` may share it)."""
+    with _closing(source.open(trace.path)) as chunks:
+        scan = scan_trace(chunks, max_trace_bytes, should_stop)
+    return {
+        "events": scan.events,
+        "complete": scan.complete,
+        "scan": {
+            "steps": scan.steps,
+            "step_us": scan.step_us,
+            "kernels": scan.kernels,
+            "kernel_us": scan.kernel_us,
+            "sync_calls": scan.sync_calls,
+            "sync_us": scan.sync_us,
+            "item_calls": scan.item_calls,
+            "runtime_calls": scan.runtime_calls,
+            "top_ops": scan.top_ops(TOP_OPERATORS),
+            "self_times_partial": scan.self_times_partial,
+        },
+    }
+
+
 def _merged_operators(traces: list[dict[str, Any]]) -> dict[str, Any]:
-    """The heaviest operators by self time over every profile read (op tables, else traces)."""
+    """The heaviest operators by self time over every profile read (op tables, else traces).
+
+    CPU self time, on a GPU run too: torch's op table gives a user annotation
+    (`Optimizer.step#AdamW.step`) the device time of every kernel under it and
+    lists each kernel beside the op that launched it, so its device column
+    does not add up (seen on a real H200 profile, tests/fixtures/gpu_h200)."""
     merged: dict[str, dict[str, Any]] = {}
     sources = set()
     for trace in traces:

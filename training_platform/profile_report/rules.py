@@ -166,7 +166,14 @@ def host_device_sync(report: dict[str, Any]) -> Recommendation | None:
         scan = trace.get("scan")
         if not scan:
             continue
-        calls += scan["sync_calls"] + scan["item_calls"]
+        # With the CUDA runtime traced, its synchronise calls are the syncs: an
+        # .item() of a GPU tensor is one of them, and one of a CPU tensor (the
+        # optimizer's step counters) waits for nothing. Without it, the .item()
+        # calls are the only evidence.
+        if scan.get("runtime_calls"):
+            calls += scan["sync_calls"]
+        else:
+            calls += scan["sync_calls"] + scan["item_calls"]
         sync_us += scan["sync_us"]
         step_us += scan["step_us"]
         steps += max(len(scan["steps"]), 1)

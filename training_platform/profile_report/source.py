@@ -26,6 +26,9 @@ MAX_DEPTH = 4
 class ProfileFile:
     path: str  # relative to the profile folder, "/"-separated
     size: int
+    # Seconds since the epoch (local: float; SFTP: whole seconds). With the path
+    # and size, what says a cached report still describes this file.
+    modified: float | None = None
 
 
 class TooLargeError(Exception):
@@ -71,7 +74,7 @@ class LocalProfileSource:
                 if stat.S_ISLNK(info.st_mode):
                     self.skipped.append(rel)
                 elif stat.S_ISREG(info.st_mode):
-                    found.append(ProfileFile(rel, info.st_size))
+                    found.append(ProfileFile(rel, info.st_size, info.st_mtime))
         return sorted(found, key=lambda f: f.path)
 
     def open(self, path: str) -> Iterator[bytes]:

@@ -51,6 +51,20 @@ def storable_text(value: str, max_chars: int | None = None) -> str:
     return value
 
 
+def unstorable_character(value: str) -> str | None:
+    """What in `value` no text column can hold as it is (a NUL byte, a lone
+    surrogate), said for an error message; None when it can be stored as given.
+
+    Input that arrives through the API is refused with this (422) rather than
+    cleaned as ingested lines are: a request can be corrected, a file line cannot.
+    """
+    if "\x00" in value:
+        return "a NUL character"
+    if not value.isascii() and _valid_unicode(value) is not value:
+        return "a lone surrogate (not valid UTF-8)"
+    return None
+
+
 def _valid_unicode(value: str) -> str:
     try:
         value.encode("utf-8")

@@ -27,7 +27,11 @@ router = APIRouter(prefix="/compare", tags=["compare"])
 
 ANSWERS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "A job in `jobs` is unknown (named)"},
-    422: {"model": ErrorOut, "description": "Bad parameters (0 or over 20 jobs, ...)"},
+    422: {
+        "model": ErrorOut,
+        "description": "Bad parameters (0 or over 20 jobs, runs x max_points over the "
+        "server's PLATFORM_COMPARE_MAX_POINTS, ...)",
+    },
 }
 JobsQuery = Annotated[
     str,
@@ -86,6 +90,13 @@ def compare_route(
     run's line (docs/contract.md, compare)."""
     job_ids = compared_jobs(jobs, sync_service)
     check_step_range(start_step, end_step)
+    asked = len(job_ids) * max_points
+    if asked > settings.compare_max_points:
+        raise InvalidParameterError(
+            f"max_points: {len(job_ids)} runs x {max_points} points is {asked}, over the "
+            f"{settings.compare_max_points} one comparison may ask for "
+            "(PLATFORM_COMPARE_MAX_POINTS): ask for fewer points or fewer runs"
+        )
     if smoothing and window is not None:
         raise InvalidParameterError("give smoothing or window, not both")
     chosen = None

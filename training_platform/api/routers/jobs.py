@@ -220,8 +220,9 @@ def patch_job_route(job_id: KnownJobId, body: JobPatch, session: SessionDep) -> 
         409: {"model": ErrorOut, "description": "The id is taken by a different source"},
         422: {
             "model": ErrorOut,
-            "description": "Bad id, missing directory, key outside "
-            "the key directory, or an SSH host whose key is unknown or changed",
+            "description": "Bad id, missing directory, a directory outside "
+            "PLATFORM_ALLOWED_JOB_ROOTS, key outside the key directory, an SSH host that "
+            "is not a host name or address, or one whose key is unknown or changed",
         },
     },
 )

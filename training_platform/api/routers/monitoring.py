@@ -193,6 +193,11 @@ def anomalies(
     summary="Sync now",
     responses={
         **NOT_FOUND,
+        409: {
+            "model": ErrorOut,
+            "description": "A file of the job is refused by policy (a symlink, a FIFO): "
+            "permanent until the file or the setting changes; the detail says why",
+        },
         502: {"model": ErrorOut, "description": "SSH host key unknown or changed"},
         503: {"model": ErrorOut, "description": "The job's files cannot be read right now"},
     },
