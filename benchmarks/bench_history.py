@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session, sessionmaker
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.history.rollups import refresh_rollups
 from training_platform.history.series_query import downsampled_history
 from training_platform.ingest.metrics_file import upsert_metrics

@@ -36,8 +36,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training_platform.callbacks.wire_lines import decode_line, encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import decode_line, encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.ingest import metrics_file as metrics_persister
 from training_platform.ingest.metrics_file import sync_metrics_from_file
 from training_platform.ingest.readers import LocalMetricsReader

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from training_platform.callbacks.profiling import StepProfiler
+    from training_platform.callbacks.profiling.step_profiler import StepProfiler
 
 SCENARIOS = ("empty", "with_stage", "decorated_stage", "hooks", "bench_step")
 WARMUP = 300
@@ -47,7 +47,7 @@ WARMUP = 300
 def child(scenario: str, steps: int) -> None:
     """Run `scenario` WARMUP + `steps` times (inside valgrind)."""
     import training_platform
-    from training_platform.callbacks.profiling import StepProfiler
+    from training_platform.callbacks.profiling.step_profiler import StepProfiler
 
     tree = Path(os.environ["PYTHONPATH"]).resolve()
     if not Path(training_platform.__file__).resolve().is_relative_to(tree):

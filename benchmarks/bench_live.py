@@ -37,8 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 
 CLIENTS_PER_PROCESS = int(os.environ.get("BENCH_CLIENTS_PER_PROCESS", "250"))
 WARMUP_LINES = 5  # the first lines also measure the watcher starting up

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 
 torch: Any
 try:

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from training_platform.callbacks.profiling import StepProfiler, TraceSchedule
+from training_platform.callbacks.profiling.step_profiler import StepProfiler, TraceSchedule
 from training_platform.demo.grpo import GRPOConfig, GRPOTrainer
 
 LR = 3e-3

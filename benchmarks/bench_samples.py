@@ -71,8 +71,8 @@ from bench_ingest import realistic_line  # the metrics lines bench_ingest.py mea
 from fastapi.testclient import TestClient
 
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample, decode_sample_line
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample, decode_sample_line
 from training_platform.history.samples_query import SampleFilter, sample_page
 from training_platform.ingest.metrics_file import sync_metrics_from_file
 from training_platform.ingest.persister import sync_file

@@ -143,7 +143,7 @@ def record_cuda_run(out: Path) -> None:
     import torch
 
     from training_platform.callbacks.platform_callback import PlatformCallback
-    from training_platform.callbacks.profiling import StepProfiler, TraceSchedule
+    from training_platform.callbacks.profiling.step_profiler import StepProfiler, TraceSchedule
 
     run_dir = out / "cuda_run"
     run_dir.mkdir(exist_ok=True)

@@ -124,6 +124,69 @@ def test_no_module_is_much_over_400_lines() -> None:
     assert long == {}
 
 
+# The trainer side's rooms (callbacks/<room>/ or callbacks/<module>.py) -> the
+# rooms they may import (besides themselves): one way up, so the detectors
+# never reach for the writer that runs them, nor the wire format for either.
+TRAINER_ROOMS: dict[str, set[str]] = {
+    "base": set(),
+    "wire": set(),
+    "detectors": {"wire", "base"},
+    "writer": {"detectors", "wire", "base"},
+    "profiling": {"wire", "base"},
+    "platform_callback": {"writer", "detectors", "wire", "base"},
+    "run": {"platform_callback", "base"},
+    "trackers": {"profiling", "platform_callback", "wire", "base"},
+    "integrations": {
+        "platform_callback", "run", "writer", "detectors", "wire", "base", "profiling", "trackers"
+    },
+    "__init__": {
+        "platform_callback", "run", "detectors", "base", "trackers", "profiling", "wire", "writer"
+    },
+}  # fmt: skip
+
+
+def room_of(module: str) -> str | None:
+    """`training_platform.callbacks.wire.schema` -> `wire`; None outside callbacks/."""
+    parts = module.split(".")
+    if parts[:2] != ["training_platform", "callbacks"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def test_each_trainer_room_imports_only_the_rooms_below_it() -> None:
+    broken = []
+    rooms = set()
+    for name, path in modules():
+        room = room_of(name)
+        if room is None:
+            continue
+        rooms.add(room)
+        assert room in TRAINER_ROOMS, f"{name}: a new room; give it its place in TRAINER_ROOMS"
+        for line, imported in imports(path, top_level_only=False):
+            target = room_of(imported)
+            if target is not None and target != room and target not in TRAINER_ROOMS[room]:
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
+    assert broken == []
+    assert rooms == set(TRAINER_ROOMS)  # every room listed exists
+
+
+def test_the_detectors_import_one_way_up() -> None:
+    """findings/config below, the detectors above, the quiet path, then the monitor:
+    no module of the room imports one at or above its own level."""
+    level = {"config": 0, "windows": 0, "findings": 1, "rl": 2, "loss": 3, "quiet_path": 4}
+    level["monitor"] = 5
+    broken = []
+    for name, path in modules():
+        parts = name.split(".")
+        if parts[:3] != ["training_platform", "callbacks", "detectors"] or len(parts) < 4:
+            continue
+        for line, imported in imports(path, top_level_only=False):
+            target = imported.split(".")
+            if target[:3] == parts[:3] and len(target) > 3 and level[target[3]] >= level[parts[3]]:
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
+    assert broken == []
+
+
 def test_the_rules_can_fail(tmp_path: Path) -> None:
     """The readers above see a forbidden import, a cycle's edges and a long file."""
     module = tmp_path / "bad.py"
@@ -137,3 +200,5 @@ def test_the_rules_can_fail(tmp_path: Path) -> None:
     ]
     assert [m for _, m in imports(module, top_level_only=True)] == ["training_platform.live.hub"]
     assert layer_of("training_platform.live.hub") not in ALLOWED["store"]
+    writer = room_of("training_platform.callbacks.writer.record_writer")
+    assert writer not in TRAINER_ROOMS["detectors"] and room_of("training_platform.api") is None

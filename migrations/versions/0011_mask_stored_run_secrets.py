@@ -3,7 +3,7 @@
 Until this revision the platform stored a run file's `config` and its other
 fields (`about`: command, git, host, ...) as the file said, so a file not
 written by our callback (an older version, another tool, a hand) was served
-with its secrets. Ingestion now masks (`callbacks/secrets.py`,
+with its secrets. Ingestion now masks (`callbacks/wire/secrets.py`,
 docs/contract.md "secrets"); a stored version is not read again while its
 file's digest is unchanged, and its file may be gone, so the rows are masked
 here, in batches by job id. Masking is idempotent: rows the callback already
@@ -24,7 +24,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from alembic import op
 
-from training_platform.callbacks.secrets import mask_config, mask_run
+from training_platform.callbacks.wire.secrets import mask_config, mask_run
 
 revision: str = "0011"
 down_revision: str | None = "0010"

@@ -24,8 +24,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from training_platform.api.main import create_app
 from training_platform.api.websocket import uvicorn_ws_options
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.live.hub import LiveHub
 from training_platform.settings import Settings
 

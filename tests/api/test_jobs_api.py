@@ -24,8 +24,8 @@ from tests.api.live_support import (
 )
 from training_platform.api.main import create_app
 from training_platform.api.websocket import CLOSE_TRY_AGAIN
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.settings import Settings
 from training_platform.store.database import make_session_factory as session_factory_for
 from training_platform.store.jobs import summarize_jobs

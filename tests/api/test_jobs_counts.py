@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.store.jobs import page_jobs, summarize_jobs
 from training_platform.store.models import Job

@@ -24,8 +24,8 @@ from tests.api.live_support import (
     record_line,
     wait_for,
 )
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.settings import Settings
 
 LIVE = "/api/monitoring/run1/live"

@@ -21,8 +21,8 @@ from tests.api.live_support import (
     receive,
     receive_until,
 )
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.live.channels import JobChannel, Message, status_messages
 from training_platform.live.status_coalescer import StatusCoalescer
 from training_platform.settings import Settings

@@ -15,8 +15,8 @@ from tests.api.live_support import (
     receive,
     receive_until,
 )
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.settings import Settings
 
 LIVE = "/api/monitoring/run1/live"

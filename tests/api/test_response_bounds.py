@@ -28,7 +28,7 @@ from training_platform.api.routers.monitoring import (
     MAX_PAGE,
     MAX_POINTS,
 )
-from training_platform.callbacks.wire import MAX_STEP
+from training_platform.callbacks.wire.schema import MAX_STEP
 from training_platform.history.history_page import history_page
 from training_platform.history.rollups import refresh_rollups
 from training_platform.ingest.artifacts import MAX_FILES

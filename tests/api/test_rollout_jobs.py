@@ -19,8 +19,8 @@ from tests.api.live_support import (
     receive_until,
 )
 from tests.fixtures_sshd import SSHD
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.settings import Settings
 
 

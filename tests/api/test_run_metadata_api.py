@@ -10,7 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.run_file import default_framework
+from training_platform.callbacks.wire.run_file import default_framework
 from training_platform.ingest.run_file import RUN_MAX_BYTES
 
 

@@ -18,8 +18,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.conftest import BACKENDS
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.history import samples_search
 from training_platform.history.samples_query import SampleFilter, sample_page
 from training_platform.store.database import alembic_config, make_engine

@@ -17,8 +17,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.history import samples_search
 from training_platform.store.stored_text import StoredText, pack_text, unpack_text
 

@@ -14,8 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.history import samples_words
 from training_platform.history.samples_search import indexed_search
 

@@ -24,7 +24,7 @@ from tests.callbacks.test_secrets import (
     secret_argv,
     secret_config,
 )
-from training_platform.callbacks.secrets import MASK
+from training_platform.callbacks.wire.secrets import MASK
 
 
 def hand_written_run(metrics_dir: Path, job_id: str, **fields: Any) -> None:

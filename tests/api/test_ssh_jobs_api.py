@@ -7,9 +7,9 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures_sshd import SSHD
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.settings import Settings
 
 

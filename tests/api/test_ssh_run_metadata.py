@@ -7,8 +7,8 @@ import json
 from fastapi.testclient import TestClient
 
 from tests.fixtures_sshd import SSHD
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 
 
 def write_remote(sshd: SSHD, run: dict[str, object], status: str = "running") -> None:

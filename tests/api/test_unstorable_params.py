@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.api.test_jobs_api import write_job
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import SAMPLES_SUFFIX, build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import SAMPLES_SUFFIX, build_sample
 
 NUL_VALUES = ("\x00", "a\x00b", "abc\x00")
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training_platform.callbacks.wire_lines import decode_line
+from training_platform.callbacks.wire.lines import decode_line
 
 SAMPLES = Path(__file__).parent / "samples"
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tests.callbacks.helpers import healthy_record
-from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor, is_alert
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.monitor import AnomalyMonitor, is_alert
 
 ONSET = 300
 Fault = Callable[[int, dict[str, Any]], None]

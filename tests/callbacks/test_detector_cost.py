@@ -26,18 +26,19 @@ import pytest
 from tests.callbacks.helpers import read_records
 from tests.callbacks.loss_streams import STREAMS, Fault, frozen, metrics_stream, spike, stalled
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.anomaly import DETECTORS, AnomalyConfig, AnomalyMonitor
-from training_platform.callbacks.detector_windows import (
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.loss import LossPlateauDetector, LossSpikeDetector
+from training_platform.callbacks.detectors.monitor import DETECTORS, AnomalyMonitor
+from training_platform.callbacks.detectors.rl import EntropyCollapseDetector, NonFiniteDetector
+from training_platform.callbacks.detectors.windows import (
     RecentMedian,
     SpikeScale,
     TwoWindowSums,
     level_and_noise,
     median_of,
 )
-from training_platform.callbacks.detectors import EntropyCollapseDetector, NonFiniteDetector
-from training_platform.callbacks.loss_detectors import LossPlateauDetector, LossSpikeDetector
-from training_platform.callbacks.step_metrics import MetricsMerger, OpenStep
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.records import build_record
+from training_platform.callbacks.writer.step_metrics import MetricsMerger, OpenStep
 
 
 def noisy_values(rng: random.Random, count: int) -> Iterator[float]:

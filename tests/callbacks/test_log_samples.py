@@ -17,8 +17,8 @@ import torch
 
 from tests.callbacks.helpers import read_records, read_status
 from training_platform.callbacks import PlatformCallback, platform_run
-from training_platform.callbacks.samples import MAX_LINE_BYTES
-from training_platform.callbacks.wire_samples import decode_sample_line
+from training_platform.callbacks.wire.samples import decode_sample_line
+from training_platform.callbacks.writer.samples import MAX_LINE_BYTES
 from training_platform.demo import DemoConfig, run_demo
 from training_platform.demo.grpo import GRPOConfig
 
@@ -137,7 +137,7 @@ def test_the_cap_keeps_whole_groups_and_says_how_many_were_dropped(
     callback = PlatformCallback("cap", tmp_path, max_samples_per_step=10)
     callback.on_train_begin()
     groups = ["a", "b", "a", "c", "b", "a", "c", "b", "a", "c", "b", "c", "d"]  # 4 a, 4 b, 4 c, 1 d
-    with caplog.at_level(logging.DEBUG, logger="training_platform.callbacks.samples"):
+    with caplog.at_level(logging.DEBUG, logger="training_platform.callbacks.writer.samples"):
         callback.log_samples(0, texts(13), texts(13, "c"), groups=groups)
     callback.on_train_end()
     samples = read_samples(tmp_path / "cap_samples.jsonl")

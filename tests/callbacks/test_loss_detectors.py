@@ -18,9 +18,10 @@ from tests.callbacks.loss_streams import (
     stalled,
 )
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.monitor import AnomalyMonitor
 from training_platform.callbacks.integrations.verl import VerlTrackingBackend
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.records import build_record
 
 PATIENCE = AnomalyConfig().loss_patience
 FALLING = [stream for stream in STREAMS if stream.falling_key is not None]

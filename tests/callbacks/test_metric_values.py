@@ -13,7 +13,7 @@ import torch
 
 from tests.callbacks.helpers import read_records
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.wire_records import build_record, normalize_record
+from training_platform.callbacks.wire.records import build_record, normalize_record
 
 
 def write_steps(tmp_path: Path, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:

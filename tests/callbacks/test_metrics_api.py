@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.metrics import (
+from training_platform.callbacks.trackers.metrics import (
     GRPOMetricsTracker,
     MetricTracker,
     ScoreDistributionTracker,

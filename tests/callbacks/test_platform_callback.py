@@ -107,7 +107,7 @@ def test_a_partial_line_left_by_a_crash_is_ended_before_new_lines(tmp_path: Path
 
 
 def read_records_from(lines: list[bytes]) -> list[dict[str, Any]]:
-    from training_platform.callbacks.wire_lines import decode_line
+    from training_platform.callbacks.wire.lines import decode_line
 
     return [decode_line(line) for line in lines]
 

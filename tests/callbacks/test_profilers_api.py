@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from training_platform.callbacks.metrics import TrainingLogger
-from training_platform.callbacks.profilers import (
+from training_platform.callbacks.trackers.metrics import TrainingLogger
+from training_platform.callbacks.trackers.profilers import (
     ComprehensiveProfiler,
     GPUMemoryProfiler,
     ThroughputTracker,

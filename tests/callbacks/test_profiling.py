@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from training_platform.callbacks.memory import MemoryMonitor
-from training_platform.callbacks.profiling import StepProfiler, ThroughputMeter, TraceSchedule
-from training_platform.callbacks.stage_timer import StageTimer
+from training_platform.callbacks.profiling.memory import MemoryMonitor
+from training_platform.callbacks.profiling.stage_timer import StageTimer
+from training_platform.callbacks.profiling.step_profiler import (
+    StepProfiler,
+    ThroughputMeter,
+    TraceSchedule,
+)
 
 
 class FakeClock:
@@ -345,7 +349,9 @@ def test_a_failing_memory_probe_is_logged_once_and_training_goes_on(
         raise OSError("procfs is gone")
 
     profiler = StepProfiler(memory=MemoryMonitor(rss=broken_rss))
-    with caplog.at_level(logging.WARNING, logger="training_platform.callbacks.profiling"):
+    with caplog.at_level(
+        logging.WARNING, logger="training_platform.callbacks.profiling.step_profiler"
+    ):
         results = []
         for step in range(5):
             profiler.on_step_begin(step)
@@ -359,7 +365,8 @@ def test_a_failing_memory_probe_is_logged_once_and_training_goes_on(
 
 def test_importing_profiling_loads_no_torch_server_or_plotting_modules() -> None:
     code = (
-        "import sys, training_platform.callbacks.profiling, training_platform.callbacks.trackers\n"
+        "import sys, training_platform.callbacks.profiling.step_profiler\n"
+        "import training_platform.callbacks.trackers.metric_tracker\n"
         "heavy = {'torch', 'fastapi', 'sqlalchemy', 'matplotlib', 'numpy'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )
@@ -375,8 +382,8 @@ class NoTorch:
         if name == "torch" or name.startswith("torch."):
             raise ImportError("no torch here")
 sys.meta_path.insert(0, NoTorch())
-from training_platform.callbacks.memory import MemoryMonitor
-from training_platform.callbacks.profiling import StepProfiler, TraceSchedule
+from training_platform.callbacks.profiling.memory import MemoryMonitor
+from training_platform.callbacks.profiling.step_profiler import StepProfiler, TraceSchedule
 profiler = StepProfiler("no-torch", {str(tmp_path)!r}, cuda_sync=True,
                         trace=TraceSchedule(wait=0, warmup=0, active=1))
 for step in range(3):

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from training_platform.callbacks.memory import LeakDetector, MemoryMonitor, rss_reader
-from training_platform.callbacks.profiling import StepProfiler
+from training_platform.callbacks.profiling.memory import LeakDetector, MemoryMonitor, rss_reader
+from training_platform.callbacks.profiling.step_profiler import StepProfiler
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from training_platform.callbacks.profiling import StepProfiler, TraceSchedule
-from training_platform.callbacks.torch_trace import op_stats_rows
+from training_platform.callbacks.profiling.step_profiler import StepProfiler, TraceSchedule
+from training_platform.callbacks.profiling.torch_trace import op_stats_rows
 
 torch = pytest.importorskip("torch")
 

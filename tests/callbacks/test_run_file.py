@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.run_file import (
+from training_platform.callbacks.wire.run_file import (
     MAX_CONFIG_BYTES,
     git_state,
     json_config,
@@ -125,7 +125,7 @@ def test_cycles_and_unserialisable_objects_are_converted_with_a_warning(
     cyclic["self"] = cyclic
     shared = {"x": 1}
     config = {"cyclic": cyclic, "a": shared, "b": shared, "lock": object()}
-    with caplog.at_level(logging.WARNING, logger="training_platform.callbacks.run_file"):
+    with caplog.at_level(logging.WARNING, logger="training_platform.callbacks.wire.run_file"):
         converted, _ = json_config(config)
     assert converted is not None
     assert converted["cyclic"] == {"name": "loop", "self": "<cycle>"}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.run_file import RunInfo, json_config, run_payload
-from training_platform.callbacks.secrets import (
+from training_platform.callbacks.wire.run_file import RunInfo, json_config, run_payload
+from training_platform.callbacks.wire.secrets import (
     MASK,
     is_secret_key,
     mask_argv,

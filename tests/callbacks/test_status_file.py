@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.callbacks.helpers import read_records, read_status
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.record_writer import write_json_atomic
+from training_platform.callbacks.wire.line_file import write_json_atomic
 
 
 def test_a_concurrent_reader_never_sees_a_half_written_status_file(tmp_path: Path) -> None:

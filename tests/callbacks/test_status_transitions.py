@@ -20,7 +20,7 @@ import pytest
 
 from tests.callbacks.helpers import read_records, read_status
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.record_writer import RecordWriter
+from training_platform.callbacks.writer.record_writer import RecordWriter
 
 HEALTHY = '{"actor/pg_loss": 0.1, "critic/score/mean": 0.5, "actor/kl_loss": 0.01}'
 

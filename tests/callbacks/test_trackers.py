@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from training_platform.callbacks.stats import describe, linear_trend, percentile
-from training_platform.callbacks.trackers import (
+from training_platform.callbacks.profiling.stats import describe, linear_trend, percentile
+from training_platform.callbacks.trackers.metric_tracker import (
     GRPOGroupTracker,
     MetricTracker,
     ScoreDistribution,

@@ -27,7 +27,7 @@ from training_platform.callbacks.integrations.trl import (  # noqa: E402
     record_samples,
 )
 from training_platform.callbacks.platform_callback import PlatformCallback  # noqa: E402
-from training_platform.callbacks.wire_samples import decode_sample_line  # noqa: E402
+from training_platform.callbacks.wire.samples import decode_sample_line  # noqa: E402
 
 WORDS = ["<pad>", "<eos>", "<unk>"] + [f"w{i}" for i in range(29)]
 PAD, EOS = 0, 1

@@ -21,8 +21,8 @@ from training_platform.callbacks.integrations.verl import (
     job_id_from_name,
     register_verl_backend,
 )
-from training_platform.callbacks.wire_lines import decode_line
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import decode_line
+from training_platform.callbacks.wire.records import build_record
 
 
 def scalars(record: dict[str, Any]) -> int:

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from training_platform.callbacks import PlatformCallback
-from training_platform.callbacks.step_metrics import MetricsMerger, OpenStep
-from training_platform.callbacks.wire_lines import encode_record, parse_json_line
-from training_platform.callbacks.wire_records import (
+from training_platform.callbacks.wire.lines import encode_record, parse_json_line
+from training_platform.callbacks.wire.records import (
     build_record,
     build_step_record,
     flat_record,
     normalize_record,
 )
+from training_platform.callbacks.writer.step_metrics import MetricsMerger, OpenStep
 
 KEYS = (
     "actor/pg_loss", "critic/vf_loss", "critic/score/mean", "actor/kl_loss", "actor/grad_norm",

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_records import build_record, normalize_record
+from training_platform.callbacks.wire.records import build_record, normalize_record
 from training_platform.history.bucket_codec import decode_stats, encode_stats
 from training_platform.history.downsample import (
     Bucket,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_records import build_record, normalize_record
+from training_platform.callbacks.wire.records import build_record, normalize_record
 from training_platform.history.rollups import refresh_rollups
 from training_platform.history.series_query import RAW_BUCKETING_ROWS, downsampled_history
 from training_platform.ingest.metrics_file import upsert_metrics

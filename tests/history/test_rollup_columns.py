@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_records import build_record, normalize_record
+from training_platform.callbacks.wire.records import build_record, normalize_record
 from training_platform.history import rollup_columns, series_query
 from training_platform.history.bucket_reads import read_stored_buckets
 from training_platform.history.rollup_columns import CHUNK, rebuild_chunks

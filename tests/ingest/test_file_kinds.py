@@ -19,8 +19,8 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, Text, s
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.ingest.listener import Heard
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.errors import RecordError
 from training_platform.ingest.file_kinds import LineFileKind, StoredRows
 from training_platform.ingest.polling import KnownJob, PollRule

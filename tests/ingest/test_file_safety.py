@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures_sshd import SSHD
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire.lines import encode_record
 from training_platform.errors import MetricsSourceError
 from training_platform.ingest.readers import LocalMetricsReader
 from training_platform.ingest.safe_paths import (

@@ -27,8 +27,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.settings import Settings
 from training_platform.store.database import make_engine
 from training_platform.store.models import SyncState

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.history.metrics_query import list_anomalies, list_metrics
 from training_platform.ingest import metrics_file as metrics_persister
 from training_platform.ingest.metrics_file import sync_metrics_from_file

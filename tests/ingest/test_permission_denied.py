@@ -40,9 +40,9 @@ from sqlalchemy.engine import make_url
 
 from tests.api.test_artifacts_api import TRACE, make_profiles
 from tests.api.test_rollout_jobs import dump
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
+from training_platform.callbacks.wire.samples import build_sample
 
 pytestmark = pytest.mark.slow  # a server subprocess per backend
 

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.errors import RecordError
 from training_platform.history.metrics_query import list_anomalies, list_metrics
 from training_platform.ingest import metrics_file as metrics_persister

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.ingest.polling import PollRule, poll_once
 from training_platform.ingest.readers import SYMLINK_REFUSED
 from training_platform.ingest.registry import register_job

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire.lines import encode_record
 from training_platform.errors import InvalidJobIdError, MetricsSourceError
 from training_platform.ingest.line_scanner import CHUNK_BYTES, FINGERPRINT_BYTES, scan_lines
 from training_platform.ingest.readers import (

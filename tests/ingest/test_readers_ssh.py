@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures_sshd import SSHD
 from tests.sshd_server import free_port, known_hosts_line, write_keypair
-from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire.lines import encode_record
 from training_platform.errors import HostKeyError, InvalidSourceError, MetricsSourceError
 from training_platform.ingest import ssh
 from training_platform.ingest.readers import ReadPosition

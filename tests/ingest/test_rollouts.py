@@ -15,8 +15,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.ingest.listener import Heard
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.ingest import rollout_files, rollouts
 from training_platform.ingest.polling import KnownJob, PollRule
 from training_platform.ingest.readers import SYMLINK_REFUSED

@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tests.ingest.listener import Heard
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.ingest.samples_file import SAMPLES
 from training_platform.ingest.sync_service import SyncService
 from training_platform.settings import Settings

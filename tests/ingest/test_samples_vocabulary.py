@@ -14,8 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.history.samples_query import SampleFilter, sample_page
 from training_platform.ingest.persister import sync_file
 from training_platform.ingest.readers import LocalMetricsReader

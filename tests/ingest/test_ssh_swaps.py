@@ -30,8 +30,8 @@ from tests.api.test_artifact_safety import swapping
 from tests.api.test_artifacts_api import TRACE, make_profiles
 from tests.fixtures_sshd import SSHD
 from training_platform.api.main import create_app
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 from training_platform.errors import MetricsSourceError
 from training_platform.ingest.artifacts import open_artifact
 from training_platform.ingest.rollout_files import SSHRolloutSource

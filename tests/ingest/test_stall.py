@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.ingest.stall import StallWatch
 from training_platform.ingest.sync_service import SyncService
 from training_platform.settings import Settings

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.anomaly import AnomalyConfig
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.history.metrics_query import list_anomalies
 from training_platform.ingest.metrics_file import sync_metrics_from_file
 from training_platform.ingest.readers import LocalMetricsReader

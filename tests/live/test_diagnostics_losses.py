@@ -18,9 +18,10 @@ from tests.callbacks.loss_streams import (
     spike,
     stalled,
 )
-from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.monitor import AnomalyMonitor
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.history.metrics_query import list_anomalies
 from training_platform.ingest.metrics_file import sync_metrics_from_file
 from training_platform.ingest.persister import CommittedBatch

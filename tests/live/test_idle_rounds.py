@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.live.hub import LiveHub
 from training_platform.services import build_services
 from training_platform.settings import Settings

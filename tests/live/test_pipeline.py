@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from training_platform.callbacks.wire_lines import decode_line, encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import decode_line, encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.errors import InvalidParameterError
 from training_platform.history.playback import Pacer, PlaybackRange, parse_control
 from training_platform.live.channels import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from training_platform.callbacks.wire_samples import build_sample, normalize_sample
+from training_platform.callbacks.wire.samples import build_sample, normalize_sample
 from training_platform.live.sample_detectors import SampleMonitor
 from training_platform.live.sample_step import SampleDetectorConfig, SampleFinding, repetition
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.anomaly import AnomalyConfig
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.ingest.sync_service import SyncService
 from training_platform.live.diagnostics import PlatformDiagnostics
 from training_platform.live.pipeline import LivePipeline

@@ -28,8 +28,8 @@ import uvicorn
 
 from training_platform.api.main import create_app
 from training_platform.api.websocket import uvicorn_ws_options
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_record
 from training_platform.settings import Settings
 
 CHROMIUM = os.environ.get("TEST_CHROMIUM", "/usr/bin/chromium")

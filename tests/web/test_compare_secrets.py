@@ -13,7 +13,7 @@ import pytest
 
 from tests.callbacks.test_secrets import HF, assert_no_secret, secret_argv, secret_config
 from tests.web.conftest import make_record, module_server
-from training_platform.callbacks.secrets import MASK
+from training_platform.callbacks.wire.secrets import MASK
 
 STEPS = 5
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.web.conftest import ARTIFACTS, LiveServer, make_record, module_server
-from training_platform.callbacks.wire_records import build_record
+from training_platform.callbacks.wire.records import build_record
 
 STEPS = 30
 LIVE_STEPS = 10

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from tests.web.conftest import make_record
 from training_platform.api.main import create_app
 from training_platform.api.routers import dashboard
-from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire.lines import encode_record
 from training_platform.settings import Settings
 
 

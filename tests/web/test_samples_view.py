@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.web.conftest import ARTIFACTS, LiveServer, make_record
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import build_sample
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import build_sample
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 

@@ -30,7 +30,7 @@ import pytest
 
 from tests.web.conftest import COUNT_LINE_PIXELS, make_record
 from tests.web.test_degraded import assert_api_docs_render_offline
-from training_platform.callbacks.wire_lines import encode_record
+from training_platform.callbacks.wire.lines import encode_record
 from training_platform.store.database import head_revision
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from training_platform.callbacks.wire import JOB_ID_PATTERN
+from training_platform.callbacks.wire.schema import JOB_ID_PATTERN
 from training_platform.errors import JobNotFoundError
 from training_platform.ingest.sync_service import SyncService
 from training_platform.settings import Settings

@@ -7,7 +7,9 @@ from typing import Annotated, Any
 from fastapi import Query
 
 from training_platform.api.schemas import ErrorOut
-from training_platform.callbacks.wire import (  # MAX_STEP: BIGINT, larger fails in the database
+
+# MAX_STEP: BIGINT, larger fails in the database
+from training_platform.callbacks.wire.schema import (
     FREE_GROUPS,
     GROUP_FIELDS,
     MAX_STEP,

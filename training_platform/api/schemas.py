@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from training_platform.api.request_body import RequestBody
-from training_platform.callbacks.wire import JOB_ID_PATTERN
+from training_platform.callbacks.wire.schema import JOB_ID_PATTERN
 from training_platform.ingest.host_names import check_ssh_host
 from training_platform.ingest.safe_paths import check_path_text
 

@@ -32,7 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from training_platform.api.errors import status_for
 from training_platform.api.ws_protocol import protocol_class
-from training_platform.callbacks.wire import JOB_ID_PATTERN, MAX_STEP
+from training_platform.callbacks.wire.schema import JOB_ID_PATTERN, MAX_STEP
 from training_platform.errors import InvalidParameterError, PlatformError
 from training_platform.settings import Settings
 from training_platform.store.storable import unstorable_character

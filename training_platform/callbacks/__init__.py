@@ -5,22 +5,23 @@ no FastAPI, no SQLAlchemy. The Hugging Face and verl adapters live in
 `training_platform.callbacks.integrations` and import their library there.
 """
 
-from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
 from training_platform.callbacks.base import Callback, CallbackList, StepContributor, StopTraining
-from training_platform.callbacks.metrics import (
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.monitor import AnomalyMonitor
+from training_platform.callbacks.platform_callback import PlatformCallback
+from training_platform.callbacks.run import PlatformRun, platform_run
+from training_platform.callbacks.trackers.metrics import (
     GRPOMetricsTracker,
     MetricTracker,
     ScoreDistributionTracker,
     TrainingLogger,
 )
-from training_platform.callbacks.platform_callback import PlatformCallback
-from training_platform.callbacks.profilers import (
+from training_platform.callbacks.trackers.profilers import (
     ComprehensiveProfiler,
     GPUMemoryProfiler,
     ThroughputTracker,
     TrainingTimer,
 )
-from training_platform.callbacks.run import PlatformRun, platform_run
 
 __all__ = [
     "AnomalyConfig",

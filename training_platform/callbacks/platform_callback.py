@@ -23,11 +23,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
 from training_platform.callbacks.base import (
     Callback,
     Metrics,
@@ -36,19 +34,26 @@ from training_platform.callbacks.base import (
     describe_exception,
     report_failure,
 )
-from training_platform.callbacks.exit_drain import live_callbacks
-from training_platform.callbacks.line_file import default_output_dir
-from training_platform.callbacks.record_writer import (
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.monitor import AnomalyMonitor
+from training_platform.callbacks.wire.line_file import default_output_dir
+from training_platform.callbacks.wire.run_file import (
+    RUN_SUFFIX,
+    RunInfo,
+    clean_tags,
+    write_run_file,
+)
+from training_platform.callbacks.wire.schema import validate_job_id
+from training_platform.callbacks.writer.exit_drain import live_callbacks
+from training_platform.callbacks.writer.record_writer import (
     FsyncPolicy,
     InlineSink,
     RecordWriter,
     ThreadSink,
 )
-from training_platform.callbacks.run_file import RUN_SUFFIX, RunInfo, clean_tags, write_run_file
-from training_platform.callbacks.sample_backlog import SampleBacklog
-from training_platform.callbacks.samples import DEFAULT_MAX_PER_STEP, Column, SampleLog
-from training_platform.callbacks.step_metrics import OpenStep, StepBuffer
-from training_platform.callbacks.wire import validate_job_id
+from training_platform.callbacks.writer.sample_backlog import SampleBacklog
+from training_platform.callbacks.writer.samples import DEFAULT_MAX_PER_STEP, Column, SampleLog
+from training_platform.callbacks.writer.step_metrics import OpenStep, StepBuffer
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -77,7 +82,7 @@ class PlatformCallback(Callback):
             `stop_on_anomaly` (which needs each step checked before the next).
         queue_size: steps the background writer may lag behind before the
             training thread waits for it (no step is dropped; `log_samples`
-            calls past 8 waiting are dropped instead: callbacks/sample_backlog.py).
+            calls past 8 waiting are dropped instead: callbacks/writer/sample_backlog.py).
         max_samples_per_step: `log_samples` keeps at most this many per step
             (whole groups when groups are given).
         enabled: default: only on global rank 0 (``$RANK`` unset or ``0``).
@@ -129,14 +134,8 @@ class PlatformCallback(Callback):
         self._stop_raised = False
         # The lifecycle as the training thread knows it (the hooks write its changes).
         self.state = "pending"
-        self.monitor: AnomalyMonitor | None = None
-        if enable_anomaly_detection:
-            config = anomaly_config or AnomalyConfig()
-            if kl_threshold != 1.0:
-                config = replace(config, kl_threshold=kl_threshold)
-            if loss_patience != 50:
-                config = replace(config, loss_patience=loss_patience)
-            self.monitor = AnomalyMonitor(config)
+        monitor = AnomalyMonitor.with_shorthands(anomaly_config, kl_threshold, loss_patience)
+        self.monitor: AnomalyMonitor | None = monitor if enable_anomaly_detection else None
         self.writer = RecordWriter(
             job_id=self.job_id,
             metrics_path=self.metrics_path,

@@ -36,7 +36,7 @@ from training_platform.callbacks.base import Callback, Metrics, StopTraining
 from training_platform.callbacks.run import platform_run
 
 if TYPE_CHECKING:
-    from training_platform.callbacks.profiling import StepProfiler
+    from training_platform.callbacks.profiling.step_profiler import StepProfiler
 
 
 @dataclass
@@ -137,9 +137,9 @@ def run_demo(
     if config.stall_at is not None:
         extra_callbacks.append(StallWriter(config.stall_at, config.stall_seconds, stop_event))
     if config.profile:
-        from training_platform.callbacks.memory import MemoryMonitor
-        from training_platform.callbacks.profiling import StepProfiler
-        from training_platform.callbacks.torch_trace import TraceSchedule
+        from training_platform.callbacks.profiling.memory import MemoryMonitor
+        from training_platform.callbacks.profiling.step_profiler import StepProfiler
+        from training_platform.callbacks.profiling.torch_trace import TraceSchedule
 
         schedule = TraceSchedule(
             wait=config.trace_wait, warmup=config.trace_warmup, active=config.trace_active, repeat=1

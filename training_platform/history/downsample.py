@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final
 
-from training_platform.callbacks.wire import FREE_GROUPS, GROUP_FIELDS, NONFINITE_VALUES
+from training_platform.callbacks.wire.schema import FREE_GROUPS, GROUP_FIELDS, NONFINITE_VALUES
 from training_platform.history.bucket_codec import PackedBucket, PackedRun
 
 # Per series and bucket: [min, max, sum, finite count, non-finite count];

@@ -9,7 +9,7 @@ from typing import Any, Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from training_platform.callbacks.detectors import SEVERITY_RANK
+from training_platform.callbacks.detectors.findings import SEVERITY_RANK
 from training_platform.store.metric_rows import row_to_record
 from training_platform.store.models import Anomaly, TrainingMetric
 

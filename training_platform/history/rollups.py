@@ -32,7 +32,7 @@ from typing import Any, Final
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from training_platform.callbacks.wire import FREE_GROUPS
+from training_platform.callbacks.wire.schema import FREE_GROUPS
 from training_platform.history.bucket_codec import (
     decode_stats,
     encode_stats,

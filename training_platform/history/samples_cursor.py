@@ -19,8 +19,8 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from training_platform.callbacks.wire import MAX_STEP
-from training_platform.callbacks.wire_samples import MAX_INDEX
+from training_platform.callbacks.wire.samples import MAX_INDEX
+from training_platform.callbacks.wire.schema import MAX_STEP
 from training_platform.errors import InvalidParameterError
 
 SampleSort = Literal["step", "reward", "length"]

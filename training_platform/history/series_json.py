@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from operator import truediv
 from typing import Any
 
-from training_platform.callbacks.wire import nonfinite_name
+from training_platform.callbacks.wire.schema import nonfinite_name
 from training_platform.history.bucket_codec import PackedBucket, PackedRun, unpack_floats
 from training_platform.history.downsample import (
     FINITE,

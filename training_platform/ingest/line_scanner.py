@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from training_platform.callbacks.wire_lines import decode_line
+from training_platform.callbacks.wire.lines import decode_line
 
 FINGERPRINT_BYTES: Final = 1024
 CHUNK_BYTES: Final = 1 << 20

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire_lines import decode_line
-from training_platform.callbacks.wire_records import normalize_record
+from training_platform.callbacks.wire.lines import decode_line
+from training_platform.callbacks.wire.records import normalize_record
 from training_platform.history.rollups import refresh_rollups
 from training_platform.ingest.file_kinds import LineFileKind, StoredRows
 from training_platform.ingest.persister import CommittedBatch, SyncResult, sync_file

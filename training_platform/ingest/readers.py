@@ -31,8 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from training_platform.callbacks.wire import JOB_ID_PATTERN, validate_job_id
-from training_platform.callbacks.wire_lines import decode_line
+from training_platform.callbacks.wire.lines import decode_line
+from training_platform.callbacks.wire.schema import JOB_ID_PATTERN, validate_job_id
 from training_platform.errors import MetricsSourceError, SourceRefusedError
 from training_platform.ingest.file_kinds import LineFileKind
 from training_platform.ingest.line_scanner import (

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from training_platform.callbacks.wire import validate_job_id
+from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
 from training_platform.ingest.host_names import check_ssh_host
 from training_platform.ingest.persister import ensure_sync_state

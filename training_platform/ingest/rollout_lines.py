@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from training_platform.callbacks.wire import INT64_MAX
-from training_platform.callbacks.wire_lines import parse_json_line
-from training_platform.callbacks.wire_samples import normalize_sample
+from training_platform.callbacks.wire.lines import parse_json_line
+from training_platform.callbacks.wire.samples import normalize_sample
+from training_platform.callbacks.wire.schema import INT64_MAX
 from training_platform.errors import RecordError
 
 ROLLOUTS_SUFFIX: Final = "_rollouts"  # `{job_id}_rollouts/` next to the metrics file

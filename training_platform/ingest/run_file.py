@@ -7,7 +7,7 @@ stored: a restarted server reading the same file again writes nothing.
 A refused version (too large, not JSON, not an object, another job's) is
 counted once and explained; what the last good version said is kept.
 Secrets are masked before anything is stored, by the callback's rules
-(`callbacks/secrets.py`): a file from an older callback, another tool or a
+(`callbacks/wire/secrets.py`): a file from an older callback, another tool or a
 hand is not trusted to have done it.
 """
 
@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.run_file import RUN_SUFFIX as RUN_SUFFIX  # re-exported
-from training_platform.callbacks.secrets import mask_run
+from training_platform.callbacks.wire.run_file import RUN_SUFFIX as RUN_SUFFIX  # re-exported
+from training_platform.callbacks.wire.secrets import mask_run
 from training_platform.ingest.readers import MetricsReader
 from training_platform.store.models import RunFile
 from training_platform.store.run_meta import RUN_TAGS, clean_tags, replace_tags

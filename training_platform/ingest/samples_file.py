@@ -24,8 +24,8 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from training_platform.callbacks.wire import nonfinite_name
-from training_platform.callbacks.wire_samples import SAMPLES_SUFFIX, decode_sample_line
+from training_platform.callbacks.wire.samples import SAMPLES_SUFFIX, decode_sample_line
+from training_platform.callbacks.wire.schema import nonfinite_name
 from training_platform.ingest.file_kinds import LineFileKind, StoredRows
 from training_platform.store.bulk_write import UPSERT_CHUNK, chunks
 from training_platform.store.database import dialect_insert, upsert_sql

@@ -8,7 +8,7 @@ from typing import Any, TypeGuard
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from training_platform.callbacks.wire import INT64_MAX, STATUS_VALUES
+from training_platform.callbacks.wire.schema import INT64_MAX, STATUS_VALUES
 from training_platform.errors import JobNotFoundError
 from training_platform.ingest.readers import MetricsReader
 from training_platform.ingest.stall import StallWatch, review_stall

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire import validate_job_id
+from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import JobNotFoundError, MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
 from training_platform.ingest.line_scanner import ReadPosition

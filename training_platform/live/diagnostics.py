@@ -1,6 +1,6 @@
 """Platform-side diagnosis: the shared detectors, run over every newly stored record.
 
-The trainer's callback may run the same detectors (`callbacks/anomaly.py`), or
+The trainer's callback may run the same detectors (`callbacks/detectors/monitor.py`), or
 not, or with other thresholds: the platform looks for itself and stores what
 it finds with ``source = "platform"`` (callback-reported anomalies keep
 ``source = "callback"``), one row per (job, step, type, source).
@@ -33,7 +33,8 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.anomaly import AnomalyConfig, AnomalyMonitor
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.monitor import AnomalyMonitor
 from training_platform.history.metrics_query import list_metrics
 from training_platform.ingest.metrics_file import upsert_anomalies
 from training_platform.settings import Settings

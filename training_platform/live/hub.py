@@ -34,7 +34,7 @@ from anyio import to_thread
 from sqlalchemy.orm import Session, sessionmaker
 from watchfiles import awatch
 
-from training_platform.callbacks.wire import JOB_ID_PATTERN, MAX_STEP
+from training_platform.callbacks.wire.schema import JOB_ID_PATTERN, MAX_STEP
 from training_platform.history.metrics_query import list_metrics
 from training_platform.ingest.polling import KnownJob, PollRule, known_jobs
 from training_platform.ingest.readers import STATUS_SUFFIX, discover_job_ids

@@ -1,7 +1,7 @@
 """Diagnosis from generated samples (DESIGN.md §4, issue 14): what the policy writes.
 
 `SampleMonitor.check(samples)` looks at ONE step's samples (decoded sample
-dicts, `callbacks/wire_samples.py`) and returns `SampleFinding`s:
+dicts, `callbacks/wire/samples.py`) and returns `SampleFinding`s:
 
 - ``truncation``: most completions of the step end by length.
 - ``degenerate_output``: a notable share of completions are mostly one

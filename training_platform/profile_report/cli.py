@@ -50,7 +50,7 @@ def profile_report(
     The profile is what the profiling kit writes (docs/profiling.md):
     stage_times.json and step_N/{trace.json,op_stats.csv}.
     """
-    from training_platform.callbacks.stats import finite_or_none
+    from training_platform.callbacks.profiling.stats import finite_or_none
     from training_platform.errors import InvalidJobIdError
     from training_platform.profile_report.render import render_text, write_report_files
     from training_platform.profile_report.report import build_report

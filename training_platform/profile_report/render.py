@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training_platform.callbacks.stats import finite_or_none
+from training_platform.callbacks.profiling.stats import finite_or_none
 
 SUMMARY_COLUMNS = ("stage", "depth", "count", "mean_s", "p50_s", "p95_s", "total_s", "share")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from training_platform.callbacks.wire import validate_job_id
+from training_platform.callbacks.wire.schema import validate_job_id
 
 CHUNK = 1 << 20
 MAX_DEPTH = 4

@@ -168,7 +168,7 @@ def memory_part(data: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-LEAK_MIN_GROWTH_MIB = 64.0  # the kit's own thresholds (callbacks/memory.py)
+LEAK_MIN_GROWTH_MIB = 64.0  # the kit's own thresholds (callbacks/profiling/memory.py)
 LEAK_MIN_R_SQUARED = 0.8
 
 

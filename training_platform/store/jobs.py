@@ -14,7 +14,7 @@ from typing import Any, Final, Literal
 from sqlalchemy import ColumnElement, Select, Subquery, case, delete, func, or_, select, true
 from sqlalchemy.orm import Session
 
-from training_platform.callbacks.wire import validate_job_id
+from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import JobNotFoundError
 from training_platform.store.database import dialect_insert
 from training_platform.store.models import (

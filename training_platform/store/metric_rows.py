@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import orjson
 
-from training_platform.callbacks.wire import GROUP_FIELDS, NONFINITE_VALUES, nonfinite_name
+from training_platform.callbacks.wire.schema import GROUP_FIELDS, NONFINITE_VALUES, nonfinite_name
 from training_platform.store.storable import (
     MAX_JSON_VALUE_BYTES,
     storable_anomalies,

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import orjson
 
-from training_platform.callbacks.wire import INT64_MAX, INT64_MIN
+from training_platform.callbacks.wire.schema import INT64_MAX, INT64_MIN
 
 MAX_JSON_DEPTH: Final = 64  # far below orjson's 254, leaving room for the response around it
 MAX_JSON_VALUE_BYTES: Final = 64 * 1024

@@ -95,7 +95,7 @@ def gpu_check(
         hint = "--device" if str(exc).startswith("device") else "--model-size"
         raise typer.BadParameter(str(exc), param_hint=hint) from None
     if output is not None:
-        from training_platform.callbacks.metrics import write_json_atomic
+        from training_platform.callbacks.trackers.metrics import write_json_atomic
 
         write_json_atomic(output, report)
     typer.echo(json.dumps(report, indent=2) if json_output else render_text(report))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from training_platform.callbacks.memory import GIB, rss_reader
+from training_platform.callbacks.profiling.memory import GIB, rss_reader
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from training_platform.callbacks.torch_trace import op_stats_rows, write_op_stats
+from training_platform.callbacks.profiling.torch_trace import op_stats_rows, write_op_stats
 from training_platform.tools.inference_target import InferenceTarget, forward
 
 _ROWS = 30  # operators per text table

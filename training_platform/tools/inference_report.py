@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from training_platform.callbacks.stats import finite_or_none
+from training_platform.callbacks.profiling.stats import finite_or_none
 from training_platform.tools.inference_sweep import BatchResult
 
 _STATS = ("mean", "std", "p50", "p95")

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from training_platform.callbacks.memory import rss_reader
-from training_platform.callbacks.stats import describe, percentile
+from training_platform.callbacks.profiling.memory import rss_reader
+from training_platform.callbacks.profiling.stats import describe, percentile
 from training_platform.tools.inference_target import (
     BUILTIN_MODELS,
     DTYPES,

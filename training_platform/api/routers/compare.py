@@ -11,7 +11,7 @@ from training_platform.api.deps import SessionDep, SettingsDep, SyncServiceDep
 from training_platform.api.params import StepQuery, check_step_range, parse_fields
 from training_platform.api.routers.monitoring import MAX_POINTS
 from training_platform.api.schemas import ErrorOut
-from training_platform.callbacks.wire import validate_job_id
+from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import InvalidParameterError, JobNotFoundError
 from training_platform.history.compare import (
     MAX_COMPARED,

@@ -12,7 +12,7 @@ from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, Sync
 from training_platform.api.params import NOT_FOUND, StepQuery, check_step_range, parse_fields
 from training_platform.api.schemas import AnomalyList, AnomalyOut, ErrorOut, MetricsHistory, SyncOut
 from training_platform.api.series_schema import MetricsSeries
-from training_platform.callbacks.wire import (
+from training_platform.callbacks.wire.schema import (
     FREE_GROUPS,
     GROUP_FIELDS,  # BIGINT: larger fails in the database
 )

@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep
 from training_platform.api.schemas import ErrorOut
-from training_platform.callbacks.stats import finite_or_none
+from training_platform.callbacks.profiling.stats import finite_or_none
 from training_platform.errors import ArtifactNotFoundError, InvalidParameterError
 from training_platform.ingest.artifacts import MAX_FILES, list_artifacts, open_artifact
 from training_platform.ingest.readers import MetricsReader

@@ -15,7 +15,7 @@ from training_platform.api.samples_schema import (
     SampleStepList,
     StepSamplesOut,
 )
-from training_platform.callbacks.wire import MAX_STEP
+from training_platform.callbacks.wire.schema import MAX_STEP
 from training_platform.history.samples_query import (
     MAX_CURSOR_CHARS,
     SampleFilter,

@@ -21,7 +21,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from training_platform.callbacks.base import StopTraining, report_failure
 from training_platform.callbacks.platform_callback import PlatformCallback
-from training_platform.callbacks.run_file import package_version
+from training_platform.callbacks.wire.run_file import package_version
 
 # Keys of the summary the Trainer logs once, after the last step.
 _SUMMARY_KEYS = frozenset({"train_runtime", "train_samples_per_second", "train_steps_per_second"})

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from training_platform.callbacks.base import report_failure
-from training_platform.callbacks.wire_samples import MAX_REWARD_COMPONENTS, REWARD_NAME_CHARS
+from training_platform.callbacks.wire.samples import MAX_REWARD_COMPONENTS, REWARD_NAME_CHARS
 
 RewardFunc = Any
 """What GRPOTrainer accepts as a reward function: a callable, a model id, a model."""

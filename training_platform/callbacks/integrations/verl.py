@@ -31,7 +31,7 @@ from typing import Any
 
 from training_platform.callbacks.base import StopTraining
 from training_platform.callbacks.platform_callback import PlatformCallback
-from training_platform.callbacks.run_file import package_version
+from training_platform.callbacks.wire.run_file import package_version
 
 BACKEND_NAME = "platform"
 

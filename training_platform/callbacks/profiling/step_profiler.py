@@ -31,13 +31,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from training_platform.callbacks.line_file import default_output_dir
-from training_platform.callbacks.memory import MemoryMonitor, MemorySnapshot
-from training_platform.callbacks.profile_summary import MemoryHistory, device_info
-from training_platform.callbacks.stage_timer import Stage, StageStats, StageTimer
-from training_platform.callbacks.stats import finite_or_none
-from training_platform.callbacks.torch_trace import TorchTraceRecorder, TraceSchedule
-from training_platform.callbacks.wire import validate_job_id
+from training_platform.callbacks.profiling.memory import MemoryMonitor, MemorySnapshot
+from training_platform.callbacks.profiling.stage_timer import Stage, StageStats, StageTimer
+from training_platform.callbacks.profiling.stats import finite_or_none
+from training_platform.callbacks.profiling.summary import MemoryHistory, device_info
+from training_platform.callbacks.profiling.torch_trace import TorchTraceRecorder, TraceSchedule
+from training_platform.callbacks.wire.line_file import default_output_dir
+from training_platform.callbacks.wire.schema import validate_job_id
 
 __all__ = ["StageTimer", "StepProfiler", "ThroughputMeter", "TraceSchedule", "profile_dir"]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from training_platform.callbacks.stats import percentile
+from training_platform.callbacks.profiling.stats import percentile
 
 logger = logging.getLogger(__name__)
 

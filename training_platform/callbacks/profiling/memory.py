@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from training_platform.callbacks.stats import linear_trend
+from training_platform.callbacks.profiling.stats import linear_trend
 
 logger = logging.getLogger(__name__)
 

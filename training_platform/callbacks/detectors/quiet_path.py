@@ -28,21 +28,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from training_platform.callbacks.detectors import (
-    Anomaly,
-    Detector,
+from training_platform.callbacks.detectors.findings import Anomaly, Detector, Finding, as_float
+from training_platform.callbacks.detectors.loss import LossPlateauDetector, LossSpikeDetector
+from training_platform.callbacks.detectors.rl import (
     EntropyCollapseDetector,
-    Finding,
     GradientExplosionDetector,
     KLExplosionDetector,
     RewardHackingDetector,
-    _as_float,
 )
-from training_platform.callbacks.loss_detectors import (
-    LossPlateauDetector,
-    LossSpikeDetector,
-)
-from training_platform.callbacks.wire import ENTROPY_KEYS, RESPONSE_LENGTH_KEYS
+from training_platform.callbacks.wire.schema import ENTROPY_KEYS, RESPONSE_LENGTH_KEYS
 
 FusedCheck = Callable[[int, Mapping[str, Any], list[Anomaly]], None]
 """``(step, record, found)``: runs every detector but the NaN scan on `record`,
@@ -211,7 +205,7 @@ def fused_check(
             loss = losses.get(name)
             if loss is not None:
                 if type(loss) is not float:
-                    loss = _as_float(loss)
+                    loss = as_float(loss)
                 if loss is not None and loss - loss == 0.0:  # finite
                     progress.holding = observe_plateau(progress, name, loss)
                     # `LossSpikeDetector.evaluate`'s steps for one loss.

@@ -11,8 +11,8 @@ from typing import Any, Final
 
 import orjson
 
-from training_platform.callbacks.wire import bounded_int
-from training_platform.callbacks.wire_records import normalize_record
+from training_platform.callbacks.wire.records import normalize_record
+from training_platform.callbacks.wire.schema import bounded_int
 from training_platform.errors import RecordError
 
 _BOM: Final = b"\xef\xbb\xbf"

@@ -19,7 +19,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from training_platform.callbacks.wire import INT64_MAX, NONFINITE_VALUES, to_scalar
+from training_platform.callbacks.wire.schema import INT64_MAX, NONFINITE_VALUES, to_scalar
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Code written against that layer's ``profiling`` module runs with its import
 changed to this one (docs/metrics-api.md)::
 
-    from training_platform.callbacks.profilers import ComprehensiveProfiler
+    from training_platform.callbacks.trackers.profilers import ComprehensiveProfiler
 
     profiler = ComprehensiveProfiler(device=0)
     for batch in dataloader:
@@ -30,11 +30,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from training_platform.callbacks.memory import GIB, LeakDetector, MemoryMonitor
-from training_platform.callbacks.metrics import write_json_atomic
-from training_platform.callbacks.profiling import ThroughputMeter
-from training_platform.callbacks.stage_timer import StageStats, cuda_synchronizer
-from training_platform.callbacks.stats import describe
+from training_platform.callbacks.profiling.memory import GIB, LeakDetector, MemoryMonitor
+from training_platform.callbacks.profiling.stage_timer import StageStats, cuda_synchronizer
+from training_platform.callbacks.profiling.stats import describe
+from training_platform.callbacks.profiling.step_profiler import ThroughputMeter
+from training_platform.callbacks.trackers.metrics import write_json_atomic
 
 __all__ = [
     "ComprehensiveProfiler",

@@ -3,7 +3,7 @@
 Code written against that layer's ``metrics`` module runs with its import
 changed to this one (docs/metrics-api.md)::
 
-    from training_platform.callbacks.metrics import TrainingLogger
+    from training_platform.callbacks.trackers.metrics import TrainingLogger
 
     logger = TrainingLogger("experiments/logs", "verifier_iter1")
     logger.log_step(step, {"loss": loss, "reward": reward}, scores=[1.0, 0.5, None])
@@ -27,8 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training_platform.callbacks.stats import describe, finite_or_none
-from training_platform.callbacks.trackers import (
+from training_platform.callbacks.profiling.stats import describe, finite_or_none
+from training_platform.callbacks.trackers.metric_tracker import (
     MetricTracker,
     ScoreDistribution,
     _floats,

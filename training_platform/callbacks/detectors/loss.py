@@ -43,20 +43,16 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from training_platform.callbacks.detector_windows import (
+from training_platform.callbacks.detectors.findings import Detector, Finding, as_float
+from training_platform.callbacks.detectors.windows import (
     MAD_TO_SIGMA,
     SpikeScale,
     level_and_noise,
     median_of,
 )
-from training_platform.callbacks.detectors import (
-    Detector,
-    Finding,
-    _as_float,
-)
 
 if TYPE_CHECKING:
-    from training_platform.callbacks.anomaly import AnomalyConfig
+    from training_platform.callbacks.detectors.config import AnomalyConfig
 
 LOSS_FIELDS: Final = ("total_loss", "actor_loss", "critic_loss")
 """Every field of the `loss` group: total (HF, TRL), policy and value losses."""
@@ -105,7 +101,7 @@ class LossSpikeDetector(Detector):
             if loss is None:
                 continue  # not reported by this run (or this step)
             if type(loss) is not float:
-                loss = _as_float(loss)
+                loss = as_float(loss)
                 if loss is None:
                     continue
             if loss - loss != 0.0:  # NaN or Inf: the nan_inf detector's case
@@ -210,7 +206,7 @@ class LossPlateauDetector(Detector):
             loss = None if losses is None else losses.get(name)
             if loss is not None:
                 if type(loss) is not float:
-                    loss = _as_float(loss)
+                    loss = as_float(loss)
                 if loss is not None and loss - loss == 0.0:  # finite
                     progress.holding = self._observe(progress, name, loss)
             # A record without the loss (HF logs it every `logging_steps`) keeps

@@ -19,28 +19,29 @@ loss spike a few steps earlier.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any, Final
 
 from training_platform.callbacks.base import report_failure
-from training_platform.callbacks.detectors import (
+from training_platform.callbacks.detectors.config import AnomalyConfig
+from training_platform.callbacks.detectors.findings import (
     SEVERITY_RANK,
     Anomaly,
     Detector,
-    EntropyCollapseDetector,
     Finding,
+)
+from training_platform.callbacks.detectors.loss import (
+    LossPlateauDetector,
+    LossSpikeDetector,
+)
+from training_platform.callbacks.detectors.quiet_path import fused_check
+from training_platform.callbacks.detectors.rl import (
+    EntropyCollapseDetector,
     GradientExplosionDetector,
     KLExplosionDetector,
     NonFiniteDetector,
     RewardHackingDetector,
-    number,
 )
-from training_platform.callbacks.loss_detectors import (
-    LOSS_FIELDS,
-    LossPlateauDetector,
-    LossSpikeDetector,
-)
-from training_platform.callbacks.quiet_path import fused_check
 
 DETECTORS: Final[tuple[type[Detector], ...]] = (
     NonFiniteDetector,
@@ -53,83 +54,21 @@ DETECTORS: Final[tuple[type[Detector], ...]] = (
 )
 
 
-@dataclass
-class AnomalyConfig:
-    """Detector thresholds. Steps are counted in records fed to the monitor."""
-
-    cooldown: int = 20
-    """An incident ends once its condition has been clear for this many steps;
-    until then the detector stays quiet, so a flapping condition is one alert ..."""
-    realert_factor: float = 10.0
-    """... unless it gets more severe, or a value lands this many times further
-    from its baseline (e.g. the recent median) than the one last alerted."""
-    disabled: frozenset[str] = field(default_factory=frozenset)
-    """Anomaly types to skip, e.g. ``{"entropy_collapse"}``."""
-
-    kl_threshold: float = 1.0
-    """`kl.mean` above this is a critical `kl_explosion` (RLHF runs sit at 0.01-0.3)."""
-    kl_spike_factor: float = 10.0
-    """`kl.mean` this many times its recent median is a `kl_explosion` warning ..."""
-    kl_spike_min: float = 0.1
-    """... if it is also above this (early KL is ~0, where any growth is a big ratio)."""
-
-    loss_patience: int = 50
-    """`loss_plateau`: a loss frozen (within `loss_min_delta`) this many steps,
-    or one that clearly fell and then stopped, judged on blocks of half this
-    many values. See `loss_detectors` for the rules."""
-    loss_min_delta: float = 1e-4
-    """A loss moving less than this is frozen (and must fall more than this to fall)."""
-    loss_trend_drop: float = 0.1
-    """A loss is watched for a plateau once the median of its last `window`
-    values is this fraction (and 1.25 sigmas of its noise) below its early
-    level, the median of its first `window` values, when that is clearly
-    positive (above two sigmas of their noise)."""
-    loss_spike_factor: float = 10.0
-    """`loss_spike`: |loss| at least this many times its typical magnitude (the
-    larger of the |median| of its last `min_history` values and the sigma of
-    its last 2 x `window`, 1.4826 x MAD), for each loss on its own ..."""
-    loss_spike_min: float = 0.01
-    """... and at least this large (a loss that is ~0 by construction, in float
-    noise, must not spike from 1e-9 to 1e-7)."""
-    loss_spike_warmup: int = 20
-    """Values of each loss ignored by the spike rule (early losses are large and falling)."""
-
-    grad_spike_factor: float = 10.0
-    """`gradient_explosion`: a grad norm this many times its recent median."""
-    grad_spike_min: float = 0.0
-    """... and at least this large (raise it when healthy norms sit near zero)."""
-    grad_norm_limit: float | None = None
-    """Optional hard limit: a grad norm above it is a critical explosion."""
-
-    window: int = 50
-    """Steps of history behind the recent medians (KL, grad norms, losses)."""
-    min_history: int = 10
-    """Values needed before a relative (median-based) rule may fire."""
-
-    entropy_floor: float = 0.01
-    """`entropy_collapse`: policy entropy (nats) below this ..."""
-    entropy_drop_fraction: float = 0.9
-    """... or below (1 - this) times its early level."""
-    entropy_baseline_steps: int = 10
-    """Records whose median entropy is the early level."""
-
-    hacking_window: int = 20
-    """`reward_hacking`: compares the mean of the last window with the one before."""
-    hacking_kl_factor: float = 2.0
-    """KL must grow at least this much between the windows ..."""
-    hacking_min_kl: float = 0.05
-    """... and end above this level ..."""
-    hacking_length_factor: float = 1.3
-    """... while the response length grows this much and the reward rises."""
-
-    @property
-    def early_records(self) -> int:
-        """How many of a run's first records set early baselines (entropy, loss levels)."""
-        return max(self.entropy_baseline_steps, self.window)
-
-
 class AnomalyMonitor:
     """Runs every enabled detector over records fed in step order."""
+
+    @classmethod
+    def with_shorthands(
+        cls, config: AnomalyConfig | None, kl_threshold: float = 1.0, loss_patience: int = 50
+    ) -> AnomalyMonitor:
+        """A monitor for `config` (the defaults when None) with `PlatformCallback`'s two
+        shorthand arguments applied where they differ from their defaults."""
+        config = config or AnomalyConfig()
+        if kl_threshold != 1.0:
+            config = replace(config, kl_threshold=kl_threshold)
+        if loss_patience != 50:
+            config = replace(config, loss_patience=loss_patience)
+        return cls(config)
 
     def __init__(self, config: AnomalyConfig | None = None) -> None:
         self.config = config or AnomalyConfig()
@@ -227,24 +166,3 @@ def is_alert(anomaly: Mapping[str, Any], at_least: str = "warning") -> bool:
     """Whether `anomaly` is at least as severe as `at_least`."""
     rank = SEVERITY_RANK.get(str(anomaly.get("severity")), 1)
     return rank >= SEVERITY_RANK[at_least]
-
-
-__all__ = [
-    "DETECTORS",
-    "LOSS_FIELDS",
-    "SEVERITY_RANK",
-    "Anomaly",
-    "AnomalyConfig",
-    "AnomalyMonitor",
-    "Detector",
-    "EntropyCollapseDetector",
-    "Finding",
-    "GradientExplosionDetector",
-    "KLExplosionDetector",
-    "LossPlateauDetector",
-    "LossSpikeDetector",
-    "NonFiniteDetector",
-    "RewardHackingDetector",
-    "is_alert",
-    "number",
-]

@@ -31,23 +31,23 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import orjson
 
-from training_platform.callbacks.anomaly import SEVERITY_RANK, AnomalyMonitor
 from training_platform.callbacks.base import StopTraining, report_failure
-from training_platform.callbacks.line_file import LineFile
-from training_platform.callbacks.samples import SampleColumns, sample_lines
-from training_platform.callbacks.step_metrics import OpenStep
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_records import build_step_record
+from training_platform.callbacks.detectors.findings import SEVERITY_RANK
+from training_platform.callbacks.detectors.monitor import AnomalyMonitor
+from training_platform.callbacks.wire.line_file import LineFile, write_json_atomic
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.records import build_step_record
+from training_platform.callbacks.writer.samples import SampleColumns, sample_lines
+from training_platform.callbacks.writer.step_metrics import OpenStep
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class RecordWriter:
                 try:
                     self._write_samples(*command[1:5])
                 finally:
-                    command[5]()  # frees the call's slot (callbacks/sample_backlog.py)
+                    command[5]()  # frees the call's slot (callbacks/writer/sample_backlog.py)
             elif kind == "fsync":
                 self.write_gathered()  # a failure to write lines is the steps' failure
                 self._fsync()
@@ -272,30 +272,6 @@ class RecordWriter:
         total = self.status.get("total_steps")
         zero_based = self._lowest_step == 0 or (total is not None and last + 1 == total)
         return last + 1 if zero_based else last
-
-
-def write_json_atomic(path: Path, payload: Mapping[str, Any], *, fsync: bool = False) -> None:
-    """Write `payload` to a temp file next to `path`, then rename it over `path`.
-
-    A concurrent reader sees the old file or the new one, never a mix: rename
-    within one directory is atomic on POSIX, and on Windows `os.replace` is
-    retried while a reader holds the file open.
-    """
-    data = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        if fsync:
-            handle.flush()
-            os.fsync(handle.fileno())
-    for attempt in range(20):
-        try:
-            os.replace(tmp, path)
-            return
-        except PermissionError:  # Windows: a reader has the file open right now
-            if attempt == 19:
-                raise
-            time.sleep(0.005)
 
 
 class InlineSink:

@@ -29,9 +29,8 @@ from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from training_platform.callbacks.base import report_failure
-from training_platform.callbacks.wire import to_scalar
-from training_platform.callbacks.wire_lines import encode_record
-from training_platform.callbacks.wire_samples import (
+from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.samples import (
     FINISH_REASON_CHARS,
     GROUP_CHARS,
     MAX_INDEX,
@@ -39,6 +38,7 @@ from training_platform.callbacks.wire_samples import (
     REWARD_NAME_CHARS,
     build_sample,
 )
+from training_platform.callbacks.wire.schema import to_scalar
 from training_platform.errors import RecordError
 
 logger = logging.getLogger(__name__)

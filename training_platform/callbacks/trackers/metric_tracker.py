@@ -20,8 +20,8 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, overload
 
-from training_platform.callbacks.stats import describe
-from training_platform.callbacks.wire import to_scalar
+from training_platform.callbacks.profiling.stats import describe
+from training_platform.callbacks.wire.schema import to_scalar
 
 
 def _floats(values: Any) -> list[float]:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from training_platform.callbacks.wire import (
+from training_platform.callbacks.wire.schema import (
     FREE_GROUPS,
     GROUP_FIELDS,
     INT64_MAX,

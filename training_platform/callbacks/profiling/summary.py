@@ -14,8 +14,8 @@ import sys
 from collections import deque
 from typing import Any
 
-from training_platform.callbacks.memory import GIB, MIB
-from training_platform.callbacks.stats import linear_trend
+from training_platform.callbacks.profiling.memory import GIB, MIB
+from training_platform.callbacks.profiling.stats import linear_trend
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from typing import Any, Final
 
 import orjson
 
-from training_platform.callbacks.record_writer import write_json_atomic
-from training_platform.callbacks.secrets import mask_argv, mask_config, mask_run
+from training_platform.callbacks.wire.line_file import write_json_atomic
+from training_platform.callbacks.wire.secrets import mask_argv, mask_config, mask_run
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def json_config(config: Any) -> tuple[dict[str, Any] | None, str | None]:
     converted = converter.value(config, "")
     if not isinstance(converted, dict):
         converted = {"value": converted}
-    # Masked once plain: the rules see what the platform will (callbacks/secrets.py).
+    # Masked once plain: the rules see what the platform will (callbacks/wire/secrets.py).
     converted = mask_config(converted)
     if converter.converted:
         shown = ", ".join(converter.converted[:10])
@@ -170,7 +170,7 @@ def json_config(config: Any) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def masked_command(argv: Sequence[str]) -> list[str]:
-    """The command line with its secrets hidden (`callbacks/secrets.py`)."""
+    """The command line with its secrets hidden (`callbacks/wire/secrets.py`)."""
     return mask_argv(argv)
 
 

@@ -16,8 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from training_platform.callbacks.wire import INT64_MAX, NONFINITE_VALUES, to_scalar
-from training_platform.callbacks.wire_lines import parse_json_line
+from training_platform.callbacks.wire.lines import parse_json_line
+from training_platform.callbacks.wire.schema import INT64_MAX, NONFINITE_VALUES, to_scalar
 from training_platform.errors import RecordError
 
 SAMPLES_SUFFIX: Final = "_samples.jsonl"

@@ -9,7 +9,13 @@ the first new line (readers then skip the broken line, not ours).
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 
 def default_output_dir() -> Path:
@@ -71,3 +77,27 @@ class LineFile:
                 os.fsync(self.fd)
             os.close(self.fd)
             self.fd = None
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any], *, fsync: bool = False) -> None:
+    """Write `payload` to a temp file next to `path`, then rename it over `path`.
+
+    A concurrent reader sees the old file or the new one, never a mix: rename
+    within one directory is atomic on POSIX, and on Windows `os.replace` is
+    retried while a reader holds the file open.
+    """
+    data = orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
+    for attempt in range(20):
+        try:
+            os.replace(tmp, path)
+            return
+        except PermissionError:  # Windows: a reader has the file open right now
+            if attempt == 19:
+                raise
+            time.sleep(0.005)
