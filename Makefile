@@ -10,12 +10,18 @@ demo: install
 run: install
 	.venv/bin/training-platform serve
 
+# pytest-xdist workers: the suite waits on servers, sockets and timeouts more than it
+# computes, so three workers overlap those waits on two cores (docs/testing.md).
+# PYTEST_WORKERS=0 runs in one process (a debugger, -x, print debugging).
+PYTEST_WORKERS ?= 3
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
+
 # CI (.ci/run) runs exactly this: the lint, the dashboard's JS unit tests, every test.
 test:
 	scripts/setup.sh test
 	$(MAKE) --no-print-directory lint
 	npm --prefix training_platform/web test
-	.venv/bin/pytest --durations=30
+	.venv/bin/pytest $(XDIST) --durations=30
 
 # The edit-test loop: all but the slow and browser tests (docs/testing.md); CI runs
 # `make test`, which runs everything. Sets up only when there is no test venv yet.
@@ -23,7 +29,7 @@ test:
 test-fast: .venv/bin/pytest
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/pytest -m "not slow and not browser" $(PYTEST_ARGS)
+	.venv/bin/pytest $(XDIST) -m "not slow and not browser" $(PYTEST_ARGS)
 
 .venv/bin/pytest:
 	scripts/setup.sh test

@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training_platform.api.main import create_app
 from training_platform.callbacks.wire.records import build_record
-from training_platform.history.rollups import refresh_rollups
-from training_platform.history.series_query import downsampled_history
+from training_platform.history.series.answer import downsampled_history
+from training_platform.history.series.stored.refresh import refresh_rollups
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
 from training_platform.store.database import make_engine, make_session_factory, migrate_to_head

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup for running (`scripts/setup.sh`) or testing (`scripts/setup.sh test`).
 #
-#   run:  a virtualenv in .venv with the package, torch (CPU) and the trainer extras.
+#   run:  a virtualenv in .venv with the package, the server, torch (CPU) and the trainer extras.
 #   test: the same plus what the test suite talks to for real: OpenSSH's sshd,
 #         Debian's chromium, and a started PostgreSQL when one is installed.
 #
@@ -73,8 +73,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # torch first and pinned: 2.13.0 is a local CPU wheel here; an unpinned torch
     # (or one pulled in by transformers) would download gigabytes of CUDA packages.
     .venv/bin/pip install -q "torch==2.13.0"
-    extras="torch,hf,tools"
-    [ "$mode" = test ] && extras="torch,hf,tools,dev"
+    # The base install is the trainer side's only; `server` brings the platform
+    # (`make demo`, `make run`), `dev` the tests (and the server again).
+    extras="server,torch,hf,tools"
+    [ "$mode" = test ] && extras="server,torch,hf,tools,dev"
     .venv/bin/pip install -q -e ".[$extras]"
     echo "$want" >"$stamp"
 fi

@@ -88,15 +88,22 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
     assert broken == []
 
 
-def test_no_import_cycle_between_modules() -> None:
-    known = dict(modules())
-    graph: dict[str, set[str]] = {}
-    for name, path in known.items():
-        graph[name] = {
+def import_graph(*, top_level_only: bool, under: str = "training_platform") -> dict[str, set[str]]:
+    """Module -> the modules it imports, both `under` (a package's dotted name)."""
+    known = {
+        name: path for name, path in modules() if name == under or name.startswith(under + ".")
+    }
+    return {
+        name: {
             imported
-            for _, imported in imports(path, top_level_only=True)
+            for _, imported in imports(path, top_level_only=top_level_only)
             if imported in known and imported != name and not name.startswith(imported + ".")
         }
+        for name, path in known.items()
+    }
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles: list[list[str]] = []
 
@@ -112,7 +119,11 @@ def test_no_import_cycle_between_modules() -> None:
     for start in sorted(graph):
         if start not in state:
             visit(start, [start])
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert find_cycles(import_graph(top_level_only=True)) == []
 
 
 def test_no_module_is_much_over_400_lines() -> None:
@@ -187,6 +198,66 @@ def test_the_detectors_import_one_way_up() -> None:
     assert broken == []
 
 
+# The series read path (history/series/, docs/architecture.md): its places in
+# the order a request walks them, each importing only those before it. What a
+# bucket is and what is stored (the bytes, each table) lie below the four
+# stages, plan -> read -> merge -> shape; `answer` walks them once per answer.
+SERIES_ORDER = (
+    "buckets",
+    "stored", "stored.codec", "stored.rows", "stored.metric_rollups", "stored.rollup_columns",
+    "stored.refresh",
+    "plan", "read", "merge", "shape",
+    "answer",
+)  # fmt: skip
+SERIES = "training_platform.history.series"
+WRITE_SIDE = f"{SERIES}.stored.refresh"  # the ingest path's, never the read path's
+
+
+def series_place(module: str) -> str | None:
+    """`training_platform.history.series.stored.codec` -> `stored.codec`; None elsewhere."""
+    if not module.startswith(SERIES + "."):
+        return None
+    return ".".join(module.split(".")[3:5])
+
+
+def test_each_series_stage_imports_only_the_stages_before_it() -> None:
+    """plan never reaches for read, merge or shape; shape reads nothing back; and
+    function-level imports count too."""
+    rank = {place: position for position, place in enumerate(SERIES_ORDER)}
+    broken = []
+    places = set()
+    for name, path in modules():
+        place = series_place(name)
+        if place is None:
+            continue
+        places.add(place)
+        assert place in rank, f"{name}: a new stage; give it its place in SERIES_ORDER"
+        for line, imported in imports(path, top_level_only=False):
+            target = series_place(imported)
+            if target is not None and rank[target] > rank[place]:
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
+    assert broken == []
+    assert places == set(SERIES_ORDER)  # every place listed exists
+
+
+def test_the_read_path_never_imports_the_write_side() -> None:
+    readers = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for name, path in modules()
+        if name.startswith("training_platform.history") and name != WRITE_SIDE
+        for line, imported in imports(path, top_level_only=False)
+        if imported == WRITE_SIDE
+    ]
+    assert readers == []
+
+
+def test_no_two_history_modules_import_each_other_even_lazily() -> None:
+    """The global cycle test reads top-level imports only; within history/ an import
+    inside a function or under `if TYPE_CHECKING:` counts too (the old
+    downsample <-> bucket_codec pair hid that way)."""
+    assert find_cycles(import_graph(top_level_only=False, under="training_platform.history")) == []
+
+
 def test_the_rules_can_fail(tmp_path: Path) -> None:
     """The readers above see a forbidden import, a cycle's edges and a long file."""
     module = tmp_path / "bad.py"
@@ -202,3 +273,6 @@ def test_the_rules_can_fail(tmp_path: Path) -> None:
     assert layer_of("training_platform.live.hub") not in ALLOWED["store"]
     writer = room_of("training_platform.callbacks.writer.record_writer")
     assert writer not in TRAINER_ROOMS["detectors"] and room_of("training_platform.api") is None
+    assert series_place(f"{SERIES}.stored.codec") == "stored.codec"
+    assert series_place("training_platform.history.compare") is None
+    assert find_cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]

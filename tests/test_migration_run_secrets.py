@@ -9,7 +9,7 @@ from typing import Any
 from alembic import command
 from sqlalchemy import text
 
-from tests.callbacks.test_secrets import COMMIT, KEPT, MARK, masked_config, secret_config
+from tests.callbacks.wire.test_secrets import COMMIT, KEPT, MARK, masked_config, secret_config
 from training_platform.callbacks.wire.secrets import MASK
 from training_platform.store.database import alembic_config, make_engine
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from training_platform.api.main import create_app
 from training_platform.callbacks.wire.records import build_record
 from training_platform.history.samples_query import SampleFilter, sample_page
-from training_platform.history.series_query import downsampled_history
+from training_platform.history.series.answer import downsampled_history
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings
 from training_platform.store.database import (

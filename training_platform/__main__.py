@@ -1,5 +1,5 @@
 """`python -m training_platform ...` is the same as `training-platform ...`."""
 
-from training_platform.cli import main
+from training_platform.entry import main
 
 main()

@@ -4,6 +4,10 @@ A known error (unknown job, bad database URL, unreachable database, missing
 directory) is one line on stderr and exit status 1, never a traceback:
 `_known_errors` turns them into that. Anything else is a bug and keeps its
 traceback.
+
+The console script starts in `entry.py`, which checks that the command's
+install (the `server` or `tools` extra) is there before this module is
+imported: the base install is the trainer side's and has no typer.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 
 from training_platform.errors import PlatformError
-from training_platform.settings import Settings
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+
+    from training_platform.settings import Settings
 
 app = typer.Typer(
     name="training-platform",
@@ -32,9 +36,16 @@ app = typer.Typer(
 )
 
 
-def _default_of(name: str) -> str:
+def _default_of(name: str) -> str | bool:
     """A setting's default as `--help` shows it (the option's own default is None:
     unset means "the environment variable, else the setting's default")."""
+    try:
+        from training_platform.settings import Settings
+    except ImportError:
+        # The tools install has typer but not pydantic-settings: this module must
+        # still import for gpu-check and profile-report (entry.py stops the
+        # server's commands before they run).
+        return True
     field = Settings.model_fields[name]
     value = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
     return str(value)
@@ -126,6 +137,10 @@ def _run_server(settings: Settings, log_level: str, *, access_log: bool = True) 
 
 
 def _settings(**overrides: Any) -> Settings:
+    from pydantic import ValidationError
+
+    from training_platform.settings import Settings
+
     values = {key: value for key, value in overrides.items() if value is not None}
     try:
         return Settings(**values)

@@ -45,8 +45,8 @@ def _backfill() -> None:
     whose backfill moved here: it runs today's code, which needs today's
     columns), then chunks for every job's buckets (later ones are kept at
     ingestion); ~1 s per million steps. Reads work without chunks, only slower."""
-    from training_platform.history.rollup_columns import rebuild_chunks
-    from training_platform.history.rollups import rebuild_rollups
+    from training_platform.history.series.stored.refresh import rebuild_rollups
+    from training_platform.history.series.stored.rollup_columns import rebuild_chunks
 
     session = Session(bind=op.get_bind())
     unrolled = session.scalars(

@@ -30,7 +30,7 @@ from training_platform.api.routers.monitoring import (
 )
 from training_platform.callbacks.wire.schema import MAX_STEP
 from training_platform.history.history_page import history_page
-from training_platform.history.rollups import refresh_rollups
+from training_platform.history.series.stored.refresh import refresh_rollups
 from training_platform.ingest.artifacts import MAX_FILES
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.settings import Settings

@@ -1,6 +1,6 @@
 """A run file the callback did not mask (an older version, another tool, a hand) is
 masked when it is stored: `GET /api/jobs`, `/api/jobs/{id}` and `/api/compare/config`
-serve none of its secrets, on both databases. The shapes: tests/callbacks/test_secrets.py.
+serve none of its secrets, on both databases. The shapes: tests/callbacks/wire/test_secrets.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.callbacks.test_secrets import (
+from tests.callbacks.wire.test_secrets import (
     COMMIT,
     GHP,
     HF,

@@ -73,6 +73,20 @@ def test_a_nul_byte_in_any_query_parameter_is_a_422_naming_it(
     assert tried >= 3 * 30  # every route's parameters were walked, not none
 
 
+def test_a_nul_byte_in_any_path_parameter_is_a_422(client: TestClient, metrics_dir: Path) -> None:
+    _sync_with_samples(client, metrics_dir)
+    tried = 0
+    for method, path, parameters in _operations(client):
+        for parameter in parameters:
+            if parameter["in"] != "path":
+                continue
+            url = _url(path.replace("{" + parameter["name"] + "}", "a%00b"))
+            response = client.request(method, url)
+            assert response.status_code == 422, (method, url, response.text)
+            tried += 1
+    assert tried >= 10  # every route with a job id or an artifact path
+
+
 def test_the_probed_nul_queries_are_422_not_500_nor_a_match(
     client: TestClient, metrics_dir: Path
 ) -> None:

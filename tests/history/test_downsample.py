@@ -19,26 +19,22 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire.records import build_record, normalize_record
-from training_platform.history.bucket_codec import decode_stats, encode_stats
-from training_platform.history.downsample import (
-    Bucket,
-    bucket_width,
-    coalesce,
-    cover,
-    series_values,
-)
-from training_platform.history.rollups import (
-    WIDTHS,
-    MetricRollup,
+from training_platform.history.series.answer import downsampled_history
+from training_platform.history.series.buckets import Bucket, series_values
+from training_platform.history.series.merge import coalesce
+from training_platform.history.series.plan import RAW_BUCKETING_ROWS, bucket_width
+from training_platform.history.series.read import cover
+from training_platform.history.series.shape import buckets_to_json
+from training_platform.history.series.stored.codec import decode_stats, encode_stats
+from training_platform.history.series.stored.metric_rollups import WIDTHS
+from training_platform.history.series.stored.refresh import (
     _bucket_of_rows,
     rebuild_rollups,
     refresh_rollups,
 )
-from training_platform.history.series_json import buckets_to_json
-from training_platform.history.series_query import RAW_BUCKETING_ROWS, downsampled_history
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.store.metric_rows import record_to_params
-from training_platform.store.models import Job
+from training_platform.store.models import Job, MetricRollup
 
 JOB = "ds"
 

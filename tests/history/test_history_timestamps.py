@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire.records import build_record, normalize_record
-from training_platform.history.rollups import refresh_rollups
-from training_platform.history.series_query import RAW_BUCKETING_ROWS, downsampled_history
+from training_platform.history.series.answer import downsampled_history
+from training_platform.history.series.plan import RAW_BUCKETING_ROWS
+from training_platform.history.series.stored.refresh import refresh_rollups
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.store.models import Job
 

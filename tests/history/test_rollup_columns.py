@@ -19,11 +19,11 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire.records import build_record, normalize_record
-from training_platform.history import rollup_columns, series_query
-from training_platform.history.bucket_reads import read_stored_buckets
-from training_platform.history.rollup_columns import CHUNK, rebuild_chunks
-from training_platform.history.rollups import WIDTHS
-from training_platform.history.series_query import downsampled_history
+from training_platform.history.series import read
+from training_platform.history.series.answer import downsampled_history
+from training_platform.history.series.stored import rollup_columns
+from training_platform.history.series.stored.metric_rollups import WIDTHS, read_stored_buckets
+from training_platform.history.series.stored.rollup_columns import CHUNK, rebuild_chunks
 from training_platform.ingest.metrics_file import upsert_metrics
 from training_platform.store.models import Job
 
@@ -114,7 +114,7 @@ def _check_same_as_rollups_alone(
         return read_stored_buckets(session, job_id, level, first, last)
 
     with monkeypatch.context() as patch:
-        patch.setattr(series_query, "read_buckets", stored_only)
+        patch.setattr(read, "read_buckets", stored_only)
         for query, answer in zip(queries, served, strict=True):
             assert answer == _answer(factory, query), query
 

@@ -1,6 +1,6 @@
 """The Compare view in real headless Chromium never shows a secret of a run file that
 was written unmasked (by another tool, or by hand): its config-difference table shows
-each secret key with its value masked. The shapes: tests/callbacks/test_secrets.py.
+each secret key with its value masked. The shapes: tests/callbacks/wire/test_secrets.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.callbacks.test_secrets import HF, assert_no_secret, secret_argv, secret_config
+from tests.callbacks.wire.test_secrets import HF, assert_no_secret, secret_argv, secret_config
 from tests.web.conftest import make_record, module_server
 from training_platform.callbacks.wire.secrets import MASK
 

@@ -1,6 +1,6 @@
 """A real TRL GRPO run, recorded by the one-liner, browsed in the Samples panel (Chromium).
 
-The run is `trl.GRPOTrainer` on a tiny GPT-2 (tests/callbacks/test_trl_samples.py's),
+The run is `trl.GRPOTrainer` on a tiny GPT-2 (tests/callbacks/integrations/test_trl_samples.py's),
 its reward functions wrapped by `record_samples`; nothing is written by hand.
 """
 
@@ -15,7 +15,7 @@ import pytest
 from tests.web.conftest import ARTIFACTS, LiveServer
 from tests.web.test_samples_view import _rows, _wait_step
 
-trl_samples = pytest.importorskip("tests.callbacks.test_trl_samples")
+trl_samples = pytest.importorskip("tests.callbacks.integrations.test_trl_samples")
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 

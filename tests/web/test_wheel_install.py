@@ -8,6 +8,10 @@ sdist with npm off the PATH must hold the same files. Then, from a directory
 outside the source tree, the venv's own `training-platform migrate` and
 `training-platform serve` run, and real Chromium checks the dashboard and
 `/docs` and `/redoc`, with every request that would leave the server aborted.
+
+The same wheel without extras, in a second fresh venv, is what a training
+machine gets: exactly the trainer side's packages, a callback that writes its
+metrics file, and a `serve` that names the install it needs in one line.
 """
 
 from __future__ import annotations
@@ -127,18 +131,28 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(wheel, wheel_from_sdist, sdist)
 
 
-@pytest.fixture(scope="module")
-def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    root = tmp_path_factory.mktemp("install")
+def _install(root: Path, requirement: str) -> Installed:
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])  # a clean venv: no system site-packages
     env = _clean_env()
     # --no-compile: the server compiles what it imports; precompiling every dependency
     # would only slow the test down.
-    _run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", str(built.wheel)], env=env)
+    _run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", requirement], env=env)
     workdir = root / "work"
     workdir.mkdir()
     return Installed(venv, workdir, env)
+
+
+@pytest.fixture(scope="module")
+def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The server's install: the wheel with its `server` extra."""
+    return _install(tmp_path_factory.mktemp("install"), f"{built.wheel}[server]")
+
+
+@pytest.fixture(scope="module")
+def trainer_only(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """A training machine's install: the wheel and no extra."""
+    return _install(tmp_path_factory.mktemp("trainer"), str(built.wheel))
 
 
 def test_the_wheel_holds_the_migrations_and_pinned_assets_not_node_modules(built: Built) -> None:
@@ -183,6 +197,80 @@ def test_migrate_runs_from_the_wheel(installed: Installed) -> None:
     second = _run(cli, cwd=installed.workdir, env=env).stdout
     assert f"migrated from empty to {head_revision()}" in first
     assert f"already at revision {head_revision()}" in second
+
+
+# What `pip install training-platform` may bring; pip and setuptools come with the venv.
+TRAINER_DISTRIBUTIONS = {"training-platform", "orjson", "psutil", "nvidia-ml-py"}
+SERVER_DISTRIBUTIONS = {
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "sqlalchemy",
+    "alembic",
+    "pydantic",
+    "pydantic-settings",
+    "paramiko",
+    "psycopg",
+    "watchfiles",
+    "websockets",
+    "typer",
+}
+LIST_DISTRIBUTIONS = (
+    "import importlib.metadata as m, re\n"
+    "for d in m.distributions(): print(re.sub(r'[-_.]+', '-', d.metadata['Name']).lower())"
+)
+TINY_RUN = """
+import sys
+from training_platform.callbacks import PlatformCallback
+
+callback = PlatformCallback("lean-run", "out", background=False)
+callback.on_train_begin(total_steps=3)
+for step in range(3):
+    callback.on_step_end(step, {"loss": 1.0 / (step + 1), "kl": 0.01})
+callback.on_train_end()
+servers = ("fastapi", "sqlalchemy", "uvicorn", "pydantic", "typer", "torch")
+print("loaded:", sorted(name for name in sys.modules if name.split(".")[0] in servers))
+"""
+
+
+def test_the_trainer_install_holds_the_trainer_side_only(trainer_only: Installed) -> None:
+    listing = _run([trainer_only.command("python"), "-c", LIST_DISTRIBUTIONS], env=trainer_only.env)
+    installed = set(listing.stdout.split()) - {"pip", "setuptools"}
+    assert installed == TRAINER_DISTRIBUTIONS
+    assert not installed & SERVER_DISTRIBUTIONS
+
+
+def test_the_trainer_install_runs_a_callback(trainer_only: Installed) -> None:
+    result = _run(
+        [trainer_only.command("python"), "-c", TINY_RUN],
+        cwd=trainer_only.workdir,
+        env=trainer_only.env,
+    )
+    assert "loaded: []" in result.stdout
+    lines = (trainer_only.workdir / "out" / "lean-run_metrics.jsonl").read_bytes().splitlines()
+    assert len(lines) == 3
+
+
+def test_serve_on_the_trainer_install_names_the_server_install(trainer_only: Installed) -> None:
+    for command in (
+        [trainer_only.command("training-platform")],
+        [trainer_only.command("python"), "-m", "training_platform"],
+    ):
+        result = subprocess.run(
+            [*command, "serve"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=trainer_only.workdir,
+            env=trainer_only.env,
+        )
+        assert result.returncode == 1
+        assert result.stdout == ""
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(
+            "training-platform serve needs the server install: "
+            "pip install 'training-platform[server]'"
+        ), line
 
 
 def _free_port() -> int:

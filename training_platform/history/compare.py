@@ -1,36 +1,30 @@
 """Several runs on one chart (`GET /api/compare`) and the config keys they differ in.
 
 Each run's answer is exactly its `/metrics?max_points=` answer
-(`series_query.downsampled_history`: min/max per bucket, so a spike in one
-run stays visible next to the others), plus each point's x on the chosen
-axis and, when asked, a smoothed line per series (`smoothing.py`).
+(`series.answer.downsampled_history`: plan -> read -> merge -> shape, min/max
+per bucket, so a spike in one run stays visible next to the others), plus
+each point's x on the chosen axis and, when asked, a smoothed line per series
+(`smoothing.py`), both read through the same stages.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import orjson
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from training_platform.history.downsample import finite_time, series_values
-from training_platform.history.rollups import raw_rows
-from training_platform.history.series_query import count_up_to, downsampled_history
-from training_platform.history.smoothing import (
-    ExactSmoother,
-    Smoothing,
-    smooth_buckets,
-)
-from training_platform.store.models import TrainingMetric
+from training_platform.history.series.answer import downsampled_history
+from training_platform.history.series.buckets import finite_time, series_values
+from training_platform.history.series.plan import count_up_to, first_step, first_timestamp
+from training_platform.history.series.stored.rows import raw_rows
+from training_platform.history.smoothing import ExactSmoother, Smoothing, smooth_buckets
 
 XAxis = Literal["step", "time", "tokens"]
 MAX_COMPARED: Final = 20
 # Token counts, best first: TRL's running total, then verl's per-step count.
 TOKEN_SERIES: Final = (("extra.num_tokens", True), ("extra.perf/total_num_tokens", False))
-_FIRST_ROWS: Final = 100  # rows looked at for a run's first timestamp
 _WARM_UP_POINTS: Final = 2_000  # buckets of the run before a range, to start its smoothing
 
 
@@ -75,17 +69,6 @@ def x_values(session: Session, job_id: str, body: Mapping[str, Any], x: XAxis) -
         start = first_timestamp(session, job_id)
         return [None if t is None or start is None else t - start for t in body["timestamps"]]
     return token_axis(session, job_id, body)
-
-
-def first_timestamp(session: Session, job_id: str) -> float | None:
-    """The run's first record time (the first of its first rows that has one)."""
-    rows = session.scalars(
-        select(TrainingMetric.timestamp)
-        .where(TrainingMetric.job_id == job_id)
-        .order_by(TrainingMetric.step)
-        .limit(_FIRST_ROWS)
-    )
-    return next((t for t in rows if t is not None and math.isfinite(t)), None)
 
 
 def token_axis(session: Session, job_id: str, body: Mapping[str, Any]) -> list[float | None]:
@@ -153,7 +136,7 @@ def smooth_series(
     if not series:
         return True
     lo, hi = body["start_step"], body["end_step"]
-    first = _first_step(session, job_id)
+    first = first_step(session, job_id)
     start = lo if first is None else min(first, lo)
     if count_up_to(session, job_id, start, hi, exact_rows + 1) > exact_rows:
         column = "mean" if body["downsampled"] else "values"
@@ -188,12 +171,6 @@ def smooth_series(
     for key, columns in series.items():
         columns["smoothed"] = lines[key]
     return True
-
-
-def _first_step(session: Session, job_id: str) -> int | None:
-    return session.scalar(
-        select(func.min(TrainingMetric.step)).where(TrainingMetric.job_id == job_id)
-    )
 
 
 def _buckets_before(

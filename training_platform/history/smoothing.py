@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from training_platform.history.downsample import finite_time
+from training_platform.history.series.buckets import finite_time
 
 Method = Literal["ema", "window"]
 

@@ -1,7 +1,7 @@
 """The metrics file as a kind of line file: `{job_id}_metrics.jsonl` -> `training_metrics`.
 
 Its lines are the wire records of docs/contract.md §1; a step's newest record
-wins; the downsampling buckets (`history/rollups.py`) and the callback's
+wins; the downsampling buckets (`history/series/stored/refresh.py`) and the callback's
 anomalies commit with the rows. `sync_metrics_from_file` is the persister
 (`ingest/persister.py`) applied to this kind.
 """
@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire.lines import decode_line
 from training_platform.callbacks.wire.records import normalize_record
-from training_platform.history.rollups import refresh_rollups
+from training_platform.history.series.stored.refresh import refresh_rollups
 from training_platform.ingest.file_kinds import LineFileKind, StoredRows
 from training_platform.ingest.persister import CommittedBatch, SyncResult, sync_file
 from training_platform.ingest.readers import METRICS_SUFFIX, MetricsReader, ReadPosition

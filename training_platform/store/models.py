@@ -265,13 +265,13 @@ class DeletedJob(Base):
     deleted_at: Mapped[float] = mapped_column(Float)
 
 
-# Levels of `metric_rollups` (history/rollups.py WIDTHS: 32 steps, then 4x per
-# level). The top level's few buckets count a job's rows (store/jobs.py).
+# Levels of `metric_rollups` (WIDTHS in history/series/stored/metric_rollups.py: 32
+# steps, then 4x per level). The top level's few buckets count a job's rows (store/jobs.py).
 ROLLUP_LEVELS: Final = 8
 
 
 class MetricRollup(Base):
-    """One downsampling bucket (history/rollups.py).
+    """One downsampling bucket (history/series/stored/metric_rollups.py).
 
     It covers steps `bucket * WIDTHS[level]` up to the next multiple, summarised.
     """
@@ -294,7 +294,8 @@ class MetricRollup(Base):
 
 
 class RollupColumn(Base):
-    """A sealed chunk of one level's buckets, stored per series (history/rollup_columns.py).
+    """A sealed chunk of one level's buckets, stored per series
+    (history/series/stored/rollup_columns.py).
 
     A copy of `metric_rollups` laid out for reading a few series of a long run
     (a comparison's two of ~25): one row per chunk of `CHUNK` buckets and

@@ -23,7 +23,7 @@ from training_platform.history.metrics_query import (
     anomaly_row,
     merge_incidents,
 )
-from training_platform.history.series_query import downsampled_history
+from training_platform.history.series.answer import downsampled_history
 
 router = APIRouter(prefix="/monitoring/{job_id}", tags=["monitoring"])
 

@@ -18,7 +18,7 @@ order. The two loss detectors go loss by loss, as their `evaluate`s do:
 the plateau's step is `_observe` with its settings in locals (its rare
 branches call the detector's own methods), the spike's the same comparison
 and fold, a loud value judged by the detector's `judge`. The tests in
-tests/callbacks/test_detector_cost.py hold all of it to the detectors' own
+tests/callbacks/detectors/test_detector_cost.py hold all of it to the detectors' own
 paths: the same anomalies and the same state.
 """
 

@@ -146,7 +146,7 @@ def test_a_huge_config_is_dropped_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_secret_looking_keys_are_masked_but_numbers_and_token_counts_stay() -> None:
-    """The shapes one by one: tests/callbacks/test_secrets.py."""
+    """The shapes one by one: tests/callbacks/wire/test_secrets.py."""
     config = {
         "hub_token": "hf_abcdef",
         "wandb": {"api_key": "0123", "WANDB_API_KEY": "4567", "entity": "me"},

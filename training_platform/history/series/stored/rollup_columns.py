@@ -1,5 +1,5 @@
-"""Sealed chunks of rollup buckets stored per series (`rollup_columns`), and the
-bucket reads of queries, which use them.
+"""The `rollup_columns` table: sealed chunks of rollup buckets stored per series,
+written from `metric_rollups` and read back by queries (`read_buckets`).
 
 Why: a comparison chart reads two series of a run's ~25 from ~2,000
 buckets, and `metric_rollups` keeps every series of a bucket in one blob, so
@@ -7,16 +7,17 @@ it read ~13x the bytes it used, in a row per bucket (docs/benchmarks.md,
 Compare). Here each level's buckets are grouped into chunks of `CHUNK`
 consecutive bucket indexes. A sealed chunk (one below its level's newest
 chunk, which is still filling) is stored as one row per series, five float64
-per bucket slot in `bucket_codec`'s order (an empty slot: NaN, NaN, NaN, 0,
+per bucket slot in `codec.py`'s order (an empty slot: NaN, NaN, NaN, 0,
 0), plus one row (`series` "") with the slots themselves: the chunk's series
 names as a JSON list, a NUL byte, then per slot its first step, last step and
 row count (int64; count 0: no bucket there) and its first timestamp
 (float64; NaN: none), all little-endian.
 
-A derived copy, never the truth: `refresh_rollups` calls `refresh_chunks`
-with the buckets it wrote, which drops the chunks they fall in and rebuilds
-the sealed ones from `metric_rollups` in the same transaction;
-`rebuild_rollups` calls `rebuild_chunks`. `read_buckets` takes the sealed
+A derived copy, never the truth: the write side (`refresh.py`) keeps it,
+`refresh_rollups` calling `refresh_chunks` with the buckets it wrote, which
+drops the chunks they fall in and rebuilds the sealed ones from
+`metric_rollups` in the same transaction; `rebuild_rollups` calls
+`rebuild_chunks`. `read_buckets` takes the sealed
 chunks wholly inside its range and reads the rest (ragged ends, the newest
 chunk, chunks never built) from `metric_rollups`, so an answer is the same
 either way (tests/history/test_rollup_columns.py).
@@ -33,8 +34,8 @@ from typing import Any, Final
 import orjson
 from sqlalchemy.orm import Session
 
-from training_platform.history.bucket_codec import PackedRun, decode_keys, unpack_floats
-from training_platform.history.bucket_reads import read_stored_buckets
+from training_platform.history.series.stored.codec import PackedRun, decode_keys, unpack_floats
+from training_platform.history.series.stored.metric_rollups import read_stored_buckets
 
 CHUNK: Final = 64  # buckets per chunk: a series' row is 2,560 bytes, within a page
 BUCKETS_ROW: Final = ""  # the `series` of a chunk's row of slots and names
@@ -55,7 +56,7 @@ def read_buckets(
     """Level-`level` buckets `first`..`last` in step order, as `PackedRun`s.
 
     The sealed chunks inside the range come from `rollup_columns` with only
-    the series `fields` asks for (series keys or groups, as `wanted` reads
+    the series `fields` asks for (series keys or groups, as `shape.wanted` reads
     them; None: all); the rest from `metric_rollups` with all their series.
     Consumers filter by `fields` themselves, so both give the same answer.
     """

@@ -1,13 +1,4 @@
-"""Precomputed min/max buckets per job (`metric_rollups`), kept current at ingestion.
-
-Why a table: a downsampled history must see every step's value (a spike at
-one step out of a million must show), and scanning a 1M-step run is far too
-slow even in pure SQL (a single `GROUP BY step / w` with MIN/MAX over the 14
-numeric columns: see docs/benchmarks.md, History). So buckets of
-`WIDTHS[level]` steps (32, 128, 512, ... 524,288: each level 4x the one
-below, aligned to multiples of its width) hold each series' min, max, sum and
-counts (`history/downsample.py`, stored as `history/bucket_codec.py` packs
-them), and a query reads ~2,000 of them.
+"""The write side of the stored buckets: kept current with each batch, or rebuilt.
 
 `refresh_rollups` must run in the transaction that writes the rows (the
 persister calls it right after its upsert), so rows and buckets commit
@@ -16,28 +7,26 @@ together. It recomputes every bucket the batch touched from the stored truth
 run resumed from a checkpoint) is handled like an append, and calling it
 twice is harmless. Appends, the usual case, take their level-0 buckets from
 the batch in memory and read back at most one partly filled bucket per level.
+Then the sealed chunks of `rollup_columns` the written buckets fall in are
+stored again. `rebuild_rollups` recomputes a job's buckets from all its rows
+(the migration that introduced them, or a repair).
 
-Storage: about 1/24 of the rows of `training_metrics` (1M steps: ~42k rows;
-their size against the rows': docs/benchmarks.md, History).
+No stage of the read path imports this module (tests/test_layers.py): the
+ingest path does.
 """
 
 from __future__ import annotations
 
 import bisect
-import logging
 import operator
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire.schema import FREE_GROUPS
-from training_platform.history.bucket_codec import (
-    decode_stats,
-    encode_stats,
-)
-from training_platform.history.downsample import (
+from training_platform.history.series.buckets import (
     Bucket,
     Stats,
     finite_time,
@@ -45,52 +34,28 @@ from training_platform.history.downsample import (
     series_values,
     stats_of_columns,
 )
-from training_platform.history.rollup_columns import (
+from training_platform.history.series.stored.metric_rollups import (
+    FANOUT,
+    WIDTHS,
+    rolled_up_through,
+    stored_buckets,
+    upsert_buckets,
+)
+from training_platform.history.series.stored.rollup_columns import (
     consecutive_runs,
     rebuild_chunks,
     refresh_chunks,
 )
-from training_platform.store.database import upsert_sql
+from training_platform.history.series.stored.rows import raw_rows
 from training_platform.store.metric_rows import (
     COLUMN_SERIES,
     NONFINITE_POSITION,
     STEP_POSITION,
     TIMESTAMP_POSITION,
-    row_to_record,
 )
-from training_platform.store.models import ROLLUP_LEVELS, MetricRollup, TrainingMetric
+from training_platform.store.models import MetricRollup
 
-logger = logging.getLogger(__name__)
-# What a stored bucket is read as (see `_bucket`).
-_BUCKET_COLUMNS: Final = (
-    MetricRollup.bucket,
-    MetricRollup.first_step,
-    MetricRollup.last_step,
-    MetricRollup.row_count,
-    MetricRollup.stats,
-    MetricRollup.first_timestamp,
-)
-
-FANOUT: Final = 4
-WIDTHS: Final = tuple(32 * FANOUT**level for level in range(ROLLUP_LEVELS))
-_IN_CHUNK: Final = 500  # keys per IN (...) list: well under every driver's parameter limit
-_PAGE: Final = 5_000  # rows per query when reading raw rows
-
-
-def rolled_up_through(session: Session, job_id: str) -> int | None:
-    """The last step the job's level-0 buckets cover (None: no buckets yet)."""
-    top = session.scalar(
-        select(func.max(MetricRollup.bucket)).where(
-            MetricRollup.job_id == job_id, MetricRollup.level == 0
-        )
-    )
-    if top is None:
-        return None
-    return session.scalar(
-        select(MetricRollup.last_step).where(
-            MetricRollup.job_id == job_id, MetricRollup.level == 0, MetricRollup.bucket == top
-        )
-    )
+_FLUSH_BUCKETS: Final = 500  # a rebuild writes its closed buckets this many at a time
 
 
 def refresh_rollups(
@@ -150,7 +115,7 @@ def refresh_rollups(
     for level in range(1, len(WIDTHS)):
         level_buckets = _parents(session, job_id, level, level_buckets, done)
         changed[level] = level_buckets
-    _upsert(session, job_id, changed)
+    upsert_buckets(session, job_id, changed)
     newest = max(done, steps[-1])  # `steps` is in step order
     refresh_chunks(
         session,
@@ -193,7 +158,7 @@ def _buckets_from_rows(
     """Level-0 buckets recomputed from their stored rows (which include this batch's)."""
     for lo, hi in consecutive_runs(indexes):
         current: tuple[int, Bucket] | None = None
-        for record in _rows(session, job_id, lo * width, (hi + 1) * width - 1):
+        for record in raw_rows(session, job_id, lo * width, (hi + 1) * width - 1):
             step = record["step"]
             index = step // width
             if current is None or current[0] != index:
@@ -219,7 +184,7 @@ def _parents(
         for child in range(parent * FANOUT, parent * FANOUT + FANOUT)
         if child not in children and child * child_width <= done
     ]
-    siblings = dict(_stored_buckets(session, job_id, level - 1, missing))
+    siblings = dict(stored_buckets(session, job_id, level - 1, missing))
     out: dict[int, Bucket] = {}
     for parent in parents:
         merged: Bucket | None = None
@@ -233,65 +198,6 @@ def _parents(
         if merged is not None:
             out[parent] = merged
     return out
-
-
-def _stored_buckets(
-    session: Session, job_id: str, level: int, indexes: list[int]
-) -> Iterator[tuple[int, Bucket]]:
-    """The stored level-`level` buckets among `indexes` (absent ones are skipped).
-
-    One level per query, `bucket IN (...)`: an index lookup per key on both
-    databases. (A row-value `(level, bucket) IN (...)` made SQLite scan all of
-    the job's buckets, so an append cost more the longer the run.)
-    """
-    for start in range(0, len(indexes), _IN_CHUNK):
-        rows = session.execute(
-            select(*_BUCKET_COLUMNS).where(
-                MetricRollup.job_id == job_id,
-                MetricRollup.level == level,
-                MetricRollup.bucket.in_(indexes[start : start + _IN_CHUNK]),
-            )
-        )
-        for index, first, last, count, stats, first_timestamp in rows:
-            yield index, Bucket(first, last, count, decode_stats(stats), first_timestamp)
-
-
-_COLUMNS: Final = (
-    "job_id", "level", "bucket", "first_step", "last_step", "row_count", "stats",
-    "first_timestamp",
-)  # fmt: skip
-
-
-def _upsert(session: Session, job_id: str, changed: dict[int, dict[int, Bucket]]) -> None:
-    rows = [
-        (
-            job_id,
-            level,
-            index,
-            bucket.first_step,
-            bucket.last_step,
-            bucket.rows,
-            encode_stats(bucket.stats),
-            bucket.first_timestamp,
-        )
-        for level, buckets in changed.items()
-        for index, bucket in buckets.items()
-    ]
-    if not rows:
-        return
-    # ~1,400 buckets per ingestion batch: straight to the driver, as the rows
-    # themselves go (SQLAlchemy's per-row processing would cost more than the
-    # writing itself: docs/benchmarks.md, Ingestion).
-    connection = session.connection()
-    sql = upsert_sql(
-        "metric_rollups", _COLUMNS, ("job_id", "level", "bucket"), connection.dialect.paramstyle
-    )
-    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    try:
-        for start in range(0, len(rows), _IN_CHUNK):
-            cursor.executemany(sql, rows[start : start + _IN_CHUNK])
-    finally:
-        cursor.close()
 
 
 def rebuild_rollups(session: Session, *, job_id: str) -> int:
@@ -325,7 +231,7 @@ def rebuild_rollups(session: Session, *, job_id: str) -> int:
             assert parent is not None
             parent[1].merge(bucket)
 
-    for record in _rows(session, job_id, 0, None):
+    for record in raw_rows(session, job_id, 0, None):
         step = record["step"]
         index = step // WIDTHS[0]
         current = open_buckets[0]
@@ -336,34 +242,11 @@ def rebuild_rollups(session: Session, *, job_id: str) -> int:
             current = open_buckets[0] = (index, Bucket(step, step))
         current[1].add(step, series_values(record), record.get("timestamp"))
         count += 1
-        if sum(len(buckets) for buckets in pending.values()) >= _IN_CHUNK:
-            _upsert(session, job_id, pending)
+        if sum(len(buckets) for buckets in pending.values()) >= _FLUSH_BUCKETS:
+            upsert_buckets(session, job_id, pending)
             pending = {level: {} for level in range(len(WIDTHS))}
     for level in range(len(WIDTHS)):
         close(level)
-    _upsert(session, job_id, pending)
+    upsert_buckets(session, job_id, pending)
     rebuild_chunks(session, job_id)
     return count
-
-
-def _rows(session: Session, job_id: str, lo: int, hi: int | None) -> Iterator[dict[str, Any]]:
-    """The job's records with steps in [lo, hi], in step order, `_PAGE` rows per query."""
-    after = lo - 1
-    while True:
-        query = select(TrainingMetric).where(
-            TrainingMetric.job_id == job_id, TrainingMetric.step > after
-        )
-        if hi is not None:
-            query = query.where(TrainingMetric.step <= hi)
-        rows = session.scalars(query.order_by(TrainingMetric.step).limit(_PAGE)).all()
-        for row in rows:
-            yield row_to_record(row)
-        if len(rows) < _PAGE:
-            return
-        after = rows[-1].step
-        session.expunge_all()  # keep the identity map from growing with the run
-
-
-def raw_rows(session: Session, job_id: str, lo: int, hi: int) -> Iterator[dict[str, Any]]:
-    """Records in [lo, hi] in step order, read in pages (floats, not API strings)."""
-    return _rows(session, job_id, lo, hi)

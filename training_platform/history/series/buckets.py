@@ -1,32 +1,33 @@
-"""Min/max-preserving downsampling of metric series (pure: no database here).
+"""A bucket: some steps summarised per series (min, max, sum and counts), and how two merge.
+
+Below every stage of the series read path (`series/__init__.py`) and below
+the write side (`stored/refresh.py`): what rows become, what is stored, what
+is merged and what is shaped are all these buckets.
 
 A series is one number per step, named ``group.field`` (``loss.actor_loss``,
-``timing.rollout``, ``extra.actor/entropy``). Downsampling cuts the step axis
-into buckets and keeps, per bucket and series, the minimum, the maximum, the
-sum and count of the finite values (hence the mean) and how many values were
-NaN or infinite. So a one-step spike is never averaged away: it is the
-bucket's max, drawn as the top of the band (what W&B draws in its
-full-fidelity mode), and a NaN step still counts in `nonfinite`, never
-dropped. Zoomed in far enough, every bucket holds one step and the result is
-the raw data.
+``timing.rollout``, ``extra.actor/entropy``). A bucket keeps, per series, the
+minimum, the maximum, the sum and count of the finite values (hence the
+mean) and how many values were NaN or infinite. So a one-step spike is never
+averaged away: it is the bucket's max, drawn as the top of the band (what
+W&B draws in its full-fidelity mode), and a NaN step still counts in
+`nonfinite`, never dropped. Zoomed in far enough, every bucket holds one step
+and the answer is the raw data.
 
 Buckets merge exactly (min of mins, max of maxes, sums of sums), which is what
-lets `history/rollups.py` precompute them once at ingestion and answer a
+lets the write side precompute them once at ingestion and a query answer a
 1M-step history from ~2,000 stored buckets instead of 1M rows. How buckets
-are stored is `history/bucket_codec.py`; how they are answered as JSON,
-`history/series_json.py`.
+are stored is `stored/codec.py`; how they are answered as JSON, `shape.py`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from training_platform.callbacks.wire.schema import FREE_GROUPS, GROUP_FIELDS, NONFINITE_VALUES
-from training_platform.history.bucket_codec import PackedBucket, PackedRun
 
 # Per series and bucket: [min, max, sum, finite count, non-finite count];
 # min/max/sum are None while no finite value was seen.
@@ -199,6 +200,22 @@ def merge_stats(into: dict[str, Stats], other: Mapping[str, Stats]) -> None:
         mine[NONFINITE] += theirs[NONFINITE]
 
 
+class Summary(Protocol):
+    """What `Bucket.merge` reads of another bucket: a `Bucket`, or a stored one
+    still packed (`stored.codec.PackedBucket`, which unpacks its `stats`)."""
+
+    @property
+    def first_step(self) -> int: ...
+    @property
+    def last_step(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def stats(self) -> Mapping[str, Stats]: ...
+    @property
+    def first_timestamp(self) -> float | None: ...
+
+
 @dataclass
 class Bucket:
     """The steps `first_step`..`last_step` (those present), summarised per series."""
@@ -247,7 +264,7 @@ class Bucket:
         for key, value in values.items():
             add_value(self.stats, key, value)
 
-    def merge(self, other: Bucket | PackedBucket) -> None:
+    def merge(self, other: Summary) -> None:
         first = other.first_step
         if first < self.first_step or (first == self.first_step and self.first_timestamp is None):
             self.first_timestamp = other.first_timestamp
@@ -257,112 +274,8 @@ class Bucket:
         merge_stats(self.stats, other.stats)
 
 
-Piece = Bucket | PackedBucket | PackedRun  # a PackedRun: consecutive stored buckets
-
-
-def point_count(pieces: Sequence[Piece]) -> int:
-    """Buckets in `pieces`, each bucket of a run counted."""
-    return sum(len(piece) if isinstance(piece, PackedRun) else 1 for piece in pieces)
-
-
-def column_of(pieces: Sequence[Piece], name: str) -> list[Any]:
-    """Each bucket's `first_step`, `last_step` or `first_timestamp`, runs unrolled."""
-    out: list[Any] = []
-    for piece in pieces:
-        if isinstance(piece, PackedRun):
-            out += getattr(piece, name + "s")
-        else:
-            out.append(getattr(piece, name))
-    return out
-
-
 def finite_time(value: Any) -> float | None:
     """A record's timestamp as a bucket keeps it: a finite number, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-def bucket_width(start_step: int, end_step: int, max_points: int) -> int:
-    """The smallest whole number of steps per bucket giving at most `max_points` buckets."""
-    span = end_step - start_step + 1
-    return max(1, -(-span // max_points))
-
-
-def coalesce(pieces: Iterable[Piece], start_step: int, width: int) -> list[Piece]:
-    """Merge step-ordered pieces into buckets `[start_step + k*width, ...)`.
-
-    A piece goes to the bucket its first step falls in, so the result has at
-    most ceil(span / width) buckets whatever the pieces were (rows, rollup
-    nodes of any size), and empty buckets are simply absent. A piece alone in
-    its bucket is passed through as it is (the pieces are not reused); so is
-    a whole run of stored buckets (`PackedRun`) whose buckets each fall in a
-    bucket of their own, the common case, without an object per bucket.
-    """
-    out: list[Piece] = []
-    current_index: int | None = None
-    merged: Bucket | None = None  # out[-1] once it is a copy; None while it is a piece
-    for piece in pieces:
-        parts: Sequence[Bucket | PackedBucket]
-        if isinstance(piece, PackedRun):
-            indices = [(first - start_step) // width for first in piece.first_steps]
-            # Stored in step order, so distinct indices are increasing ones.
-            if indices[0] != current_index and len(set(indices)) == len(indices):
-                out.append(piece)
-                current_index, merged = indices[-1], None
-                continue
-            parts = piece.split()
-        else:
-            parts = (piece,)
-        for part in parts:
-            index = (part.first_step - start_step) // width
-            if index != current_index:
-                out.append(part)
-                current_index, merged = index, None
-                continue
-            if merged is None:
-                # A second piece for this bucket: merge into a copy, not into the piece.
-                last = out.pop()
-                if isinstance(last, PackedRun):  # its last bucket shares this bucket
-                    *head, last = last.split()
-                    out += head
-                merged = Bucket(last.first_step, last.last_step)
-                merged.merge(last)
-                out.append(merged)
-            merged.merge(part)
-    return out
-
-
-@dataclass(frozen=True)
-class Span:
-    """Steps `lo`..`hi` covered by `level` buckets `first`..`last` (level -1: raw rows)."""
-
-    level: int
-    lo: int
-    hi: int
-    first: int = 0
-    last: int = -1
-
-
-def cover(lo: int, hi: int, widths: tuple[int, ...], top: int) -> Iterator[Span]:
-    """Split `[lo, hi]` into runs of whole aligned buckets, coarsest first, in step order.
-
-    Level `top` buckets (of `widths[top]` steps, aligned to multiples of it)
-    cover the middle; the ragged ends go to finer levels, and what no bucket
-    fits becomes a raw run (level -1) of fewer than `widths[0]` steps per end.
-    Exactly `[lo, hi]` is covered: nothing outside the range leaks in.
-    """
-    if lo > hi:
-        return
-    if top < 0:
-        yield Span(-1, lo, hi)
-        return
-    width = widths[top]
-    first = -(-lo // width)
-    last = (hi + 1) // width - 1
-    if first > last:
-        yield from cover(lo, hi, widths, top - 1)
-        return
-    yield from cover(lo, first * width - 1, widths, top - 1)
-    yield Span(top, first * width, (last + 1) * width - 1, first, last)
-    yield from cover((last + 1) * width, hi, widths, top - 1)

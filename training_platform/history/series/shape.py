@@ -1,30 +1,140 @@
-"""Downsampled and raw series as the API's columnar JSON (one array per series and column).
+"""Stage 4 of a series answer: the JSON body, one array per series and column.
 
-`buckets_to_json` answers from buckets (`downsample.Bucket`s and stored
-`bucket_codec.PackedBucket`s), `values_to_json` and `records_to_json` from
-raw steps. Non-finite raw values are written as the API's strings ("NaN",
-"Infinity", "-Infinity": `wire.NONFINITE_NAMES`).
+`bucket_answer` answers from merged buckets (`Bucket`s and stored
+`PackedBucket`s / `PackedRun`s), `exact_answer` from exact rows (non-finite
+values as the API's strings "NaN", "Infinity", "-Infinity":
+`wire.NONFINITE_NAMES`), `empty_answer` when nothing is stored in the range.
+Each keeps at most `max_series` series and only as many as keep the body
+within `max_bytes` (`bounded`); the others are named in `series_omitted`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from operator import truediv
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from training_platform.callbacks.wire.schema import nonfinite_name
-from training_platform.history.bucket_codec import PackedBucket, PackedRun, unpack_floats
-from training_platform.history.downsample import (
-    FINITE,
-    MAX,
-    MIN,
-    NONFINITE,
-    SUM,
-    Piece,
-    column_of,
-    point_count,
-    series_values,
-)
+from training_platform.history.series.buckets import FINITE, MAX, MIN, NONFINITE, SUM
+from training_platform.history.series.plan import SeriesPlan
+from training_platform.history.series.read import ExactRows, Piece
+from training_platform.history.series.stored.codec import PackedBucket, PackedRun, unpack_floats
+
+OMITTED_NAMES_BYTES: Final = 16 * 1024  # `series_omitted` lists names up to this much JSON
+
+
+def empty_answer(
+    job_id: str, max_points: int, start_step: int | None, end_step: int | None
+) -> dict[str, Any]:
+    """The body for a range without a stored step (the range as asked)."""
+    return {
+        "job_id": job_id,
+        "max_points": max_points,
+        "start_step": start_step,
+        "end_step": end_step,
+        "downsampled": False,
+        "bucket_steps": 1,
+        "count": 0,
+        "steps": [],
+        "series": {},
+        "timestamps": [],
+        "truncated": False,
+        "series_omitted": [],
+        "series_omitted_count": 0,
+    }
+
+
+def exact_answer(
+    plan: SeriesPlan,
+    rows: ExactRows,
+    fields: frozenset[str] | None,
+    *,
+    max_series: int | None,
+    max_bytes: int | None,
+) -> dict[str, Any]:
+    """The body of exact rows: per series its ``values``."""
+    omitted: list[str] = []
+    columns = values_to_json(
+        rows.steps, rows.values, fields, max_series=max_series, omitted=omitted
+    )
+    body = {
+        **_range_of(plan),
+        "downsampled": False,
+        "bucket_steps": 1,
+        "count": len(rows.steps),
+        **columns,
+        "timestamps": rows.timestamps,
+    }
+    return bounded(body, omitted, max_bytes)
+
+
+def bucket_answer(
+    plan: SeriesPlan,
+    buckets: Sequence[Piece],
+    fields: frozenset[str] | None,
+    *,
+    max_series: int | None,
+    max_bytes: int | None,
+) -> dict[str, Any]:
+    """The body of merged buckets: per series ``min``, ``max``, ``mean``, ``nonfinite``."""
+    omitted: list[str] = []
+    columns = buckets_to_json(buckets, fields, max_series=max_series, omitted=omitted)
+    body = {
+        **_range_of(plan),
+        "downsampled": True,
+        "bucket_steps": plan.width,
+        "count": point_count(buckets),
+        **columns,
+        # Each bucket knows the time of its first record (metric_rollups.first_timestamp).
+        "timestamps": column_of(buckets, "first_timestamp"),
+    }
+    return bounded(body, omitted, max_bytes)
+
+
+def _range_of(plan: SeriesPlan) -> dict[str, Any]:
+    return {
+        "job_id": plan.job_id,
+        "max_points": plan.max_points,
+        "start_step": plan.lo,
+        "end_step": plan.hi,
+    }
+
+
+def bounded(body: dict[str, Any], omitted: list[str], max_bytes: int | None) -> dict[str, Any]:
+    """`body` with only the series whose JSON fits in `max_bytes` (in name order, greedy).
+
+    Everything but the series (steps, last_steps, timestamps: at most
+    MAX_POINTS each) is always kept; the setting's minimum leaves room for it.
+    """
+    series: dict[str, Any] = body["series"]
+    if max_bytes is not None:
+        room = max_bytes - len(orjson.dumps({**body, "series": {}})) - OMITTED_NAMES_BYTES - 64
+        kept: dict[str, Any] = {}
+        for key, columns in series.items():
+            size = len(orjson.dumps({key: columns}))
+            if size <= room:
+                kept[key] = columns
+                room -= size
+            else:
+                omitted.append(key)
+        series = kept
+    omitted.sort()
+    listed: list[str] = []
+    size = 0
+    for name in omitted:  # names are bounded too: a run may invent very long keys
+        size += len(orjson.dumps(name)) + 1
+        if size > OMITTED_NAMES_BYTES:
+            break
+        listed.append(name)
+    return {
+        **body,
+        "series": series,
+        "truncated": bool(omitted),
+        "series_omitted": listed,
+        "series_omitted_count": len(omitted),
+    }
 
 
 def wanted(key: str, fields: frozenset[str] | None) -> bool:
@@ -157,12 +267,6 @@ def _packed_columns(
             columns["mean"] += map(truediv, total, finite)
 
 
-def records_to_json(records: list[dict[str, Any]], fields: frozenset[str] | None) -> dict[str, Any]:
-    """Raw records (API convention: non-finite as strings) as columnar ``values`` arrays."""
-    flat = [series_values(record) for record in records]
-    return values_to_json([record["step"] for record in records], flat, fields)
-
-
 def values_to_json(
     steps: list[int],
     flat: Sequence[Mapping[str, float | int]],
@@ -193,3 +297,19 @@ def _api_number(value: float | int | None) -> Any:
     if value is None or value - value == 0:
         return value
     return nonfinite_name(value)
+
+
+def point_count(pieces: Sequence[Piece]) -> int:
+    """Buckets in `pieces`, each bucket of a run counted."""
+    return sum(len(piece) if isinstance(piece, PackedRun) else 1 for piece in pieces)
+
+
+def column_of(pieces: Sequence[Piece], name: str) -> list[Any]:
+    """Each bucket's `first_step`, `last_step` or `first_timestamp`, runs unrolled."""
+    out: list[Any] = []
+    for piece in pieces:
+        if isinstance(piece, PackedRun):
+            out += getattr(piece, name + "s")
+        else:
+            out.append(getattr(piece, name))
+    return out

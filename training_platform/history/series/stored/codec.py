@@ -2,7 +2,7 @@
 
 A blob is the series names as a JSON list (``["loss.actor_loss", ...]``),
 one NUL byte, then five little-endian float64 per series, in the order of the
-names: min, max, sum, finite count, non-finite count (`downsample.Stats`'
+names: min, max, sum, finite count, non-finite count (`buckets.Stats`'
 order). NaN in min, max or sum stands for "no finite value" (they never hold
 a non-finite value otherwise, but for a sum that overflowed, which stays inf);
 the counts are whole numbers. JSON text never contains a raw NUL byte, so the
@@ -12,8 +12,11 @@ Binary rather than JSON because reading a long run's ~2,000 buckets is the
 hot path of its history, and parsing their decimal floats took most of it;
 `array` unpacks the float64s at C speed. Buckets read together that share a
 header share one decoded name list (`PackedBucket.keys`), which is how
-`series_json.buckets_to_json` recognises runs of them and slices each series
+`shape.buckets_to_json` recognises runs of them and slices each series
 out of all their payloads at once.
+
+The stages read stored buckets through it (they come back still packed, as
+`PackedBucket` and `PackedRun`); the write side (`refresh.py`) encodes them.
 """
 
 from __future__ import annotations
@@ -23,12 +26,10 @@ import sys
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import orjson
 
-if TYPE_CHECKING:
-    from training_platform.history.downsample import Stats
+from training_platform.history.series.buckets import Stats
 
 
 def encode_stats(stats: Mapping[str, Stats]) -> bytes:
