@@ -344,7 +344,7 @@ def test_repetition_scores_loops_high_and_prose_low() -> None:
 
 def test_empty_completions_paid_a_high_reward_are_reward_hacking() -> None:
     def inject(samples: list[Sample]) -> None:
-        for i, text in ((5, ""), (12, "  \n"), (30, "ok")):
+        for i, text in ((5, ""), (12, "  \n"), (30, "?!")):  # no letter, no digit: no answer
             samples[i].update(completion=text, reward=1.1, response_length=1)
 
     finding = only(fault_findings(inject), "reward_hacking")
@@ -353,6 +353,63 @@ def test_empty_completions_paid_a_high_reward_are_reward_hacking() -> None:
     assert finding.message.startswith(
         "3 completions of at most 2 non-space characters got a high reward (up to 1.1,"
     )
+
+
+def math_step(
+    rng: random.Random, step: int, *, truths: bool, groups: int = 4, size: int = 8
+) -> list[Sample]:
+    """One step of a healthy GSM8K-style GRPO run: short numeric answers (some with
+    their working), an exact-match reward, the ground truth in `extra` when `truths`."""
+    samples = []
+    for g in range(groups):
+        a, b = rng.randint(1, 49), rng.randint(1, 49)
+        truth = a + b
+        chance = rng.uniform(0.3, 0.7)
+        for m in range(size):
+            answer = truth if rng.random() < chance else truth + rng.choice((-2, -1, 1, 10))
+            text = str(answer) if rng.random() < 0.7 else f"{a} + {b} = {answer}. #### {answer}"
+            raw = build_sample(
+                step, g * size + m, f"What is {a} + {b}?", text,
+                reward=1.0 if answer == truth else 0.0, group=f"q-{step}-{g}",
+                response_length=len(text) // 2 + 1, finish_reason="stop",
+                extra={"ground_truth": str(truth)} if truths else None, timestamp=1.0 + step,
+            )  # fmt: skip
+            samples.append(normalize_sample(raw))
+    return samples
+
+
+@pytest.mark.parametrize(("truths", "seed"), [(True, 1), (True, 2), (False, 3), (False, 4)])
+def test_a_healthy_math_run_with_short_right_answers_raises_nothing(
+    truths: bool, seed: int
+) -> None:
+    """ "4" paid for "2+2" raised a critical reward_hacking (issue 24): short right
+    answers are what math RL rewards, with or without ground truths in the samples."""
+    monitor, rng = SampleMonitor(), random.Random(seed)
+    for step in range(200):
+        assert monitor.check(math_step(rng, step, truths=truths)) == [], step
+
+
+def test_short_answers_paid_against_their_ground_truth_are_reward_hacking() -> None:
+    monitor, rng = SampleMonitor(), random.Random(8)
+    for step in range(20):
+        assert monitor.check(math_step(rng, step, truths=True)) == []
+    samples = math_step(rng, 20, truths=True)
+    for i in (3, 17):  # a wrong short answer, fully paid: the reward does not check it
+        samples[i].update(completion="0", reward=1.0)
+    finding = only_at(monitor.check(samples), "reward_hacking", 20)
+    assert finding.evidence == (3, 17)
+
+
+def test_one_short_text_paid_for_most_prompts_is_reward_hacking_without_truths() -> None:
+    monitor, rng = SampleMonitor(), random.Random(9)
+    for step in range(20):
+        assert monitor.check(math_step(rng, step, truths=False)) == []
+    samples = math_step(rng, 20, truths=False)
+    hacked = [g * 8 for g in range(3)]  # the same two characters for three of four prompts
+    for i in hacked:
+        samples[i].update(completion="A.", reward=1.0)
+    finding = only_at(monitor.check(samples), "reward_hacking", 20)
+    assert finding.evidence == tuple(hacked)
 
 
 def test_one_paid_empty_completion_or_unpaid_ones_are_not_reward_hacking() -> None:

@@ -108,8 +108,11 @@ class SampleDetectorConfig:
 
     # --- reward hacking ---
     short_max_chars: int = 2
-    """A completion of at most this many non-space characters is (near) empty.
-    Set to -1 for tasks whose right answer is one character."""
+    """A completion of at most this many non-space characters is short. A short
+    completion paid a high reward is suspect only when it is no answer: empty,
+    without a letter or digit, not its ground truth (`extra.ground_truth`),
+    or, without ground truths, the same text for most of the step's prompts
+    (at least `collapse_min_prompts`). "4" paid for "2+2" is a right answer."""
     short_min_count: int = 2
     """Fire when at least this many (near-)empty completions got a high reward:
     above 0 and at least the step's median reward ..."""
@@ -159,6 +162,9 @@ class StepSample:
     """Finite rewards only: NaN and infinities are left out of reward statistics."""
     length: int | None
     finish: str | None
+    truth: str | None = None
+    """The sample's ground truth, normalised, when its `extra` carries one
+    (`ground_truth`, `gt`, or verl's `gts`)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +196,21 @@ def normalise(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip().lower()
 
 
+_TRUTH_KEYS: Final = ("ground_truth", "gt", "gts")
+
+
+def _truth(extra: Any) -> str | None:
+    if not isinstance(extra, dict):
+        return None
+    for key in _TRUTH_KEYS:
+        value = extra.get(key)
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, (str, int, float)):
+            return normalise(str(value))
+    return None
+
+
 def _read_sample(raw: dict[str, Any], position: int) -> StepSample:
     text = raw.get("completion")
     text = text if isinstance(text, str) else ""
@@ -209,6 +230,7 @@ def _read_sample(raw: dict[str, Any], position: int) -> StepSample:
         reward=finite(raw.get("reward")),
         length=length if isinstance(length, int) and not isinstance(length, bool) else None,
         finish=finish.lower() if isinstance(finish, str) else None,
+        truth=_truth(raw.get("extra")),
     )
 
 
