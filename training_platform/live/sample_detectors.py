@@ -56,6 +56,7 @@ from training_platform.live.sample_step import (
     share_text,
     snippet,
 )
+from training_platform.live.short_answers import is_an_answer
 
 # --- truncation ------------------------------------------------------------------------
 
@@ -185,7 +186,9 @@ def _short_rewarded(step: Step, config: SampleDetectorConfig) -> tuple[str, list
         paid_for.setdefault(s.normalised, set()).add(s.prompt)
     prompts = len({s.prompt for s in step.samples})
     paid = [
-        (s.reward, s) for s in short if not _an_answer(s, paid_for[s.normalised], prompts, config)
+        (s.reward, s)
+        for s in short
+        if s.reward is not None and not is_an_answer(s, paid_for[s.normalised], prompts, config)
     ]
     if len(paid) < config.short_min_count:
         return None
@@ -197,36 +200,6 @@ def _short_rewarded(step: Step, config: SampleDetectorConfig) -> tuple[str, list
         f"{top.index}: {snippet(top.text)}; the reward may pay for empty answers"
     )
     return message, [s.index for _, s in paid]
-
-
-def _an_answer(
-    sample: StepSample, paid_prompts: set[str], prompts: int, config: SampleDetectorConfig
-) -> bool:
-    """Whether a short, well-paid completion reads as an answer, not an empty one:
-    math RL pays "4" for "2+2", and that is learning, not hacking (issue 24).
-
-    Empty or without a letter or digit: no answer. With a ground truth: an
-    answer when it is that truth. Without: an answer unless the same text was
-    paid for most of the step's prompts (`paid_prompts`, at least
-    `collapse_min_prompts` of them), the same few characters whatever was asked.
-    """
-    text = sample.normalised
-    if not any(character.isalnum() for character in text):
-        return False
-    if sample.truth is not None:
-        return _same_answer(text, sample.truth)
-    many = len(paid_prompts) >= config.collapse_min_prompts and 2 * len(paid_prompts) >= prompts
-    return not many
-
-
-def _same_answer(text: str, truth: str) -> bool:
-    """Equal as text, or as numbers ("4" and "4.0")."""
-    if text == truth:
-        return True
-    try:
-        return float(text) == float(truth)
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
