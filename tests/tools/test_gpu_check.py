@@ -186,3 +186,16 @@ def test_one_named_gpu_is_reported_alone() -> None:
     assert [d["index"] for d in report["devices"]] == [0]
     assert report["memory_now"][0]["reserved_by_this_process_gib"] >= 0
     assert report["benchmark"]["device"] == "cuda:0"
+
+
+def test_the_text_report_speaks_to_the_user_not_about_the_seed_table() -> None:
+    result = CliRunner().invoke(app, ["-m", "7B", "--skip-throughput"])
+    assert result.exit_code == 0, result.output
+    assert "seed" not in result.output.lower()
+    assert "+20% overhead stands for activations" in result.output
+    assert "raise --overhead" in result.output and "profile-inference" in result.output
+    assert "mixture of experts" not in result.output  # no such model in this table
+    with_moe = CliRunner().invoke(app, ["-m", "DeepSeek-V3", "--skip-throughput"])
+    assert "A mixture of experts (DeepSeek-V3) must hold all its parameters" in with_moe.output
+    as_json = CliRunner().invoke(app, ["-m", "7B", "--skip-throughput", "--json"])
+    assert "78.2" in json.loads(as_json.output)["seed_differences"]  # kept for the record

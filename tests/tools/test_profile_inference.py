@@ -14,12 +14,15 @@ pytest.importorskip("torch", reason="profile-inference profiles torch models")
 import torch
 
 from training_platform.tools.cli import profile_inference
+from training_platform.tools.inference_profiler import profile_one_batch
 from training_platform.tools.inference_sweep import (
     BatchResult,
+    InferenceTarget,
     best_batch_size,
     load_callable,
     load_target,
     run_sweep,
+    warm_up,
 )
 
 app = typer.Typer()
@@ -80,19 +83,21 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
             r["latency_ms"]["mean"] / r["batch_size"]
         )
         assert r["samples_per_second"] == pytest.approx(
-            r["batch_size"] * 1000 / r["latency_ms"]["mean"]
+            r["batch_size"] * 1000 / r["latency_ms"]["p50"]
         )
         assert r["tokens_per_second"] == pytest.approx(r["samples_per_second"] * 32)
         assert r["peak_memory_mib"] > 0 and r["cpu_rss_mib"] == r["peak_memory_mib"]
         assert r["gpu_peak_mib"] is None  # on the CPU: RSS only, said apart
         assert 0.0 <= r["accuracy"] <= 1.0
         assert r["runs"] == 3 and r["latency_ms"]["std"] >= 0 and r["outliers"] >= 0
-        assert r["batches_per_second"] == pytest.approx(1000 / r["latency_ms"]["mean"])
+        assert r["batches_per_second"] == pytest.approx(1000 / r["latency_ms"]["p50"])
+        assert r["warmup_runs"] >= 1 and r["robust_cv"] >= 0
         assert r["total_time_s"] == pytest.approx(3 * r["latency_ms"]["mean"] / 1000)
     assert payload["model_info"]["parameters"] > 0 and payload["model_info"]["size_mb"] > 0
     report = (out / "report.txt").read_text()
     assert "parameters" in report and "outlier(s) of 3 runs" in report
-    assert "over the runner-up" in report
+    assert "over the runner-up" in report or "within measurement noise" in report
+    assert "USDT" not in result.output and "profiler_start" not in result.output
     best = payload["best_batch_size"]
     fastest = max(results, key=lambda r: r["samples_per_second"])["batch_size"]
     # The fastest, or a smaller size tied with it within the measurement noise.
@@ -176,12 +181,12 @@ def test_sizes_tied_within_the_noise_recommend_the_smallest() -> None:
     b = _result(16, 1010.0, 16.0)
     c = _result(1, 400.0, 2.5)
     for r in (a, b, c):
-        r.cv, r.runs = 0.2, 10  # 20% spread over 10 runs: a 1% difference is noise
+        r.robust_cv, r.runs = 0.2, 10  # 20% spread over 10 runs: a 1% difference is noise
     best, reason = best_batch_size([c, a, b])
     assert best is a
-    assert "sizes 4, 16 are within measurement noise" in reason
-    assert "over the runner-up, batch size 16" in reason
-    b.cv = a.cv = 0.001  # a steady machine: 1% is real
+    assert "sizes 4, 16 are within measurement noise (the fastest, batch size 16" in reason
+    assert "over the runner-up" not in reason  # no "-1.0% over" a faster size
+    b.robust_cv = a.robust_cv = 0.001  # a steady machine: 1% is real
     best, reason = best_batch_size([c, a, b])
     assert best is b and "+1.0% over the runner-up, batch size 4" in reason
 
@@ -210,3 +215,90 @@ def test_a_gpu_sweep_reports_allocator_peak_memory(tmp_path: Path) -> None:
     assert large["peak_memory_mib"] >= small["peak_memory_mib"] > 0
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert any(event.get("cat") == "kernel" for event in trace["traceEvents"])
+
+
+class SlowStart(torch.nn.Module):
+    """Advances a fake clock: 1 ms + 0.25 ms a sample, but the first calls of the
+    process take `slow_ms` (thread pools, kernel selection, ...)."""
+
+    def __init__(self, slow_ms: tuple[float, ...] = (), hiccups: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.calls = 0
+        self.slow_ms = slow_ms
+        self.hiccups = hiccups  # call numbers that take 200 ms (a busy host)
+
+    def clock(self) -> float:
+        return self.now
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls <= len(self.slow_ms):
+            cost_ms = self.slow_ms[self.calls - 1]
+        elif self.calls in self.hiccups:
+            cost_ms = 200.0
+        else:
+            cost_ms = 1.0 + 0.25 * x.shape[0]
+        self.now += cost_ms / 1000.0
+        return x
+
+
+def _slow_start_target(model: SlowStart) -> InferenceTarget:
+    return InferenceTarget("slow-start", model, lambda n, device: torch.zeros(n, 2))
+
+
+def test_a_first_call_slower_than_the_warmup_runs_is_not_timed() -> None:
+    # Five slow calls against three warm-up runs: the old sweep timed two of
+    # them at batch size 1 and reported half its throughput.
+    model = SlowStart(slow_ms=(50.0, 30.0, 20.0, 10.0, 5.0))
+    results = run_sweep(
+        _slow_start_target(model), [1, 4], device=CPU, warmup=3, runs=10, clock=model.clock
+    )
+    one, four = results
+    assert one.warmup_runs == 7 and four.warmup_runs == 3  # 5 slow, then 2 steady
+    assert one.latency_ms["max"] == pytest.approx(1.25)
+    assert one.samples_per_second == pytest.approx(1000 / 1.25)
+    assert four.samples_per_second == pytest.approx(4 * 1000 / 2.0)
+    best, reason = best_batch_size(results)
+    assert best is four and "2.5x the throughput of the runner-up, batch size 1" in reason
+
+
+def test_one_hiccup_among_the_timed_runs_decides_nothing() -> None:
+    # Call 5 is batch size 1's second timed run, after 3 warm-up runs.
+    model = SlowStart(hiccups=(5,))
+    results = run_sweep(
+        _slow_start_target(model), [1, 4], device=CPU, warmup=3, runs=10, clock=model.clock
+    )
+    one, four = results
+    assert one.outliers >= 1 and one.latency_ms["max"] == pytest.approx(200.0)
+    assert one.samples_per_second == pytest.approx(1000 / 1.25)  # the median run's
+    assert one.robust_cv == pytest.approx(0.0, abs=1e-6)
+    best, reason = best_batch_size(results)
+    assert best is four and "2.5x the throughput of the runner-up" in reason
+
+
+def test_warm_up_stops_once_settled_and_is_capped_on_a_machine_that_never_settles() -> None:
+    steady = iter([30.0, 10.0, 1.0, 1.1, 1.0])
+    assert warm_up(lambda _: next(steady), 2) == 4  # 1.0 then 1.1: settled
+    assert warm_up(lambda _: 1.0, 3) == 3  # already steady: just the runs asked for
+    jumpy = iter([1.0, 5.0] * 20)
+    assert warm_up(lambda _: next(jumpy), 3) == 3 + 10
+    assert warm_up(lambda _: 1.0, 0) == 0  # --warmup 0 turns it off
+
+
+def test_a_large_real_margin_reads_as_a_ratio_not_thousands_of_percent() -> None:
+    small, large = _result(1, 100.0, 10.0), _result(32, 3200.0, 12.0)
+    best, reason = best_batch_size([small, large])
+    assert best is large and "32.0x the throughput of the runner-up, batch size 1" in reason
+    assert "%" not in reason
+
+
+def test_the_profiler_prints_none_of_kinetos_usdt_lines(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    target = load_target(f"{HERE}:make_linear", device=CPU, input_shape=[8])
+    files = profile_one_batch(target, 2, device=CPU, output_dir=tmp_path)
+    assert Path(files["trace"]).stat().st_size > 0
+    captured = capfd.readouterr()
+    assert "USDT" not in captured.err and "profiler_start" not in captured.err
+    assert "USDT" not in captured.out

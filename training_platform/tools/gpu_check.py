@@ -290,8 +290,32 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
     lines += ["", "✓ fits, ✗ does not fit. Formulas (params x bytes x (1 + overhead)):"]
     lines += [f"  {mode}: {formula}" for mode, formula in MODES.items()]
-    lines += ["", f"Against the seed table: {report['seed_differences']}"]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_notes(report)])
+
+
+def _notes(report: dict[str, Any]) -> list[str]:
+    """What the figures leave out and what to do about it, for the models shown.
+
+    The comparison with the seed layer's table stays in the JSON report
+    (``seed_differences``): a user of this command never saw that table.
+    """
+    overhead = report["overhead"]
+    notes = [
+        "Notes:",
+        f"  The +{overhead:.0%} overhead stands for activations, KV cache, the CUDA context "
+        "and fragmentation;",
+        "  long sequences or large batches need more: raise --overhead, or measure a real "
+        "model with profile-inference.",
+        "  Full fine-tuning sharded over N GPUs (FSDP, ZeRO-3) needs about 1/N of its "
+        "figure on each.",
+    ]
+    shown = {row["model"] for row in report["estimates"]}
+    if shown & model_catalog.MIXTURES_OF_EXPERTS:
+        notes.append(
+            "  A mixture of experts (DeepSeek-V3) must hold all its parameters to run, not "
+            "only the ones active per token."
+        )
+    return notes
 
 
 def _gib(value: float | None) -> str:

@@ -12,6 +12,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,10 @@ from training_platform.callbacks.profiling.torch_trace import op_stats_rows, wri
 from training_platform.tools.inference_target import InferenceTarget, forward
 
 _ROWS = 30  # operators per text table
+# Kineto (torch.profiler's C++ side) writes these to file descriptor 2 at every
+# start and stop; KINETO_LOG_LEVEL would hide them but is read when torch is
+# imported, before this tool runs.
+_KINETO_NOISE = (b"USDT:", b"STAGE:")
 
 
 def profile_one_batch(
@@ -38,7 +47,7 @@ def profile_one_batch(
     # Two profiled forwards: with Python stacks recorded, every Python frame
     # becomes an event of its own and would crowd the operator tables.
     verbose = torch._C._profiler._ExperimentalConfig(verbose=True)  # stacks in export_stacks
-    with torch.inference_mode():
+    with torch.inference_mode(), _without_kineto_noise():
         forward(target.model, batch)  # warm-up: first-call costs are not the model's
         _sync(device)
         with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
@@ -71,6 +80,37 @@ def profile_one_batch(
         path.write_text(_table(events, sort_by, batch_size) + "\n", encoding="utf-8")
         files[name] = str(path)
     return files
+
+
+@contextmanager
+def _without_kineto_noise() -> Iterator[None]:
+    """Hold back kineto's ``USDT:``/``STAGE:`` lines; pass other stderr output on.
+
+    They are written by C++ straight to descriptor 2, so `sys.stderr` cannot
+    catch them: the descriptor itself is pointed at a file for the duration.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2 (a daemon): nothing to clean up
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [
+                line
+                for line in captured.read().splitlines(keepends=True)
+                if not line.startswith(_KINETO_NOISE)
+            ]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def _table(events: Any, sort_by: str, batch_size: int) -> str:

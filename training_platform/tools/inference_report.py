@@ -23,8 +23,10 @@ from training_platform.tools.inference_sweep import BatchResult
 _STATS = ("mean", "std", "p50", "p95")
 _FIELDS = (
     "runs",
+    "warmup_runs",
     "outliers",
     "cv",
+    "robust_cv",
     "total_time_s",
     "samples_per_second",
     "batches_per_second",
@@ -161,13 +163,19 @@ def render_report(
             f"{_num(r.cpu_rss_mib, 8, 1)} {_num(r.gpu_allocated_mib, 8, 1)} "
             f"{_num(r.gpu_peak_mib, 9, 1)} {_num(r.accuracy, 9, 4)}"
         )
-    lines += ["", "Timing noise (latencies beyond 1.5 IQR of the quartiles; CV = std / mean):"]
+    lines += [
+        "",
+        "samples/s, batches/s and tokens/s use the median latency: one slow run moves none.",
+        "Timing noise (outliers: beyond 1.5 IQR of the quartiles; CV = std / mean;"
+        " spread = IQR / 1.349 / median):",
+    ]
     for r in results:
         if r.status == "ok":
-            noisy = "  noisy: compare with care" if (r.cv or 0.0) > 0.1 else ""
-            cv = f"{r.cv:.1%}" if r.cv is not None else "-"
+            # Flag on the spread: one slow run already shows as an outlier.
+            noisy = "  noisy: compare with care" if (r.robust_cv or 0.0) > 0.1 else ""
             lines.append(
-                f"  batch {r.batch_size}: {r.outliers} outlier(s) of {r.runs} runs, CV {cv}{noisy}"
+                f"  batch {r.batch_size}: {r.warmup_runs} warm-up run(s), {r.outliers} outlier(s)"
+                f" of {r.runs} runs, CV {_pct(r.cv)}, spread {_pct(r.robust_cv)}{noisy}"
             )
     lines.append("")
     if best is None:
@@ -175,6 +183,10 @@ def render_report(
     else:
         lines.append(f"Best batch size: {best.batch_size} — {reason}.")
     return "\n".join(lines) + "\n"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.1%}" if value is not None else "-"
 
 
 def _num(value: float | None, width: int, digits: int) -> str:

@@ -1,14 +1,19 @@
 """The measurements behind `profile-inference`: a batch-size sweep of a torch model.
 
-For each batch size: `warmup` untimed runs, then at least `runs` timed runs
-(the GPU is synchronised around each, so a latency is the whole forward),
-continued until `min_time_s` of timed work has accumulated (at most
+For each batch size: at least `warmup` untimed runs, more until the latency
+settles (`warm_up`: every batch size, not only the first, may pay first-call
+costs such as kernel selection or allocator growth), then at least `runs`
+timed runs (the GPU is synchronised around each, so a latency is the whole
+forward), continued until `min_time_s` of timed work has accumulated (at most
 `max_runs`), so that a busy machine's hiccups are a few runs among many. A
 dataset target times every batch of one pass at least (accuracy then
-covers the whole dataset); a synthetic one times the same batch. Latencies
-outside Tukey's fences (1.5 IQR beyond the quartiles) are counted as
-outliers and reported; the statistics keep them (they are what a user sees).
-An out-of-memory batch size is recorded as ``oom`` and the sweep goes on.
+covers the whole dataset); a synthetic one times the same batch.
+
+Throughputs come from the median latency, and the spread that decides a tie
+from the interquartile range: one slow run moves neither. Latencies outside
+Tukey's fences (1.5 IQR beyond the quartiles) are counted as outliers and
+reported; the mean, std and p95 keep them (they are what a user sees). An
+out-of-memory batch size is recorded as ``oom`` and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 
 from training_platform.callbacks.profiling.memory import rss_reader
 from training_platform.callbacks.profiling.stats import describe, percentile
+from training_platform.tools.inference_choice import best_batch_size
 from training_platform.tools.inference_target import (
     BUILTIN_MODELS,
     DTYPES,
@@ -46,8 +52,15 @@ __all__ = [
     "measure_batch",
     "resolve_device",
     "run_sweep",
+    "warm_up",
 ]
 _STATS = ("mean", "std", "min", "max", "p50", "p95")
+# Warm-up has settled when the last two runs are within 25% of each other and
+# the last within 1.5x the fastest so far; past `warmup`, at most this many more.
+_SETTLE_PAIR = 1.25
+_SETTLE_FASTEST = 1.5
+_EXTRA_WARMUP = 10
+_NORMAL_IQR = 1.349  # interquartile range of a normal distribution, in standard deviations
 
 
 @dataclass
@@ -57,12 +70,14 @@ class BatchResult:
     batch_size: int
     status: str = "ok"
     runs: int = 0
+    warmup_runs: int = 0
     latency_ms: dict[str, float] = field(default_factory=dict)
     per_sample_ms: dict[str, float] = field(default_factory=dict)
     outliers: int = 0
     cv: float | None = None  # std / mean of the latencies
+    robust_cv: float | None = None  # IQR / 1.349 / median: the CV that ignores outliers
     total_time_s: float | None = None
-    samples_per_second: float | None = None
+    samples_per_second: float | None = None  # from the median latency, as are the other rates
     batches_per_second: float | None = None
     tokens_per_second: float | None = None
     peak_memory_mib: float | None = None  # GPU peak on CUDA, else the process RSS
@@ -140,45 +155,79 @@ def measure_batch(
         runs = max(runs, math.ceil((target.dataset_size or 0) / batch_size))
     cap = max(runs, max_runs or 20 * runs)
     batch = target.make_batch(batch_size, device) if dataset is None else None
+
+    def run(index: int) -> tuple[float, Any, Any]:
+        """One synchronised forward: (milliseconds, output, the dataset batch or None)."""
+        part = dataset(batch_size, index, device) if dataset is not None else None
+        inputs = part.inputs if part is not None else batch
+        _sync(device)
+        start = clock()
+        output = forward(target.model, inputs)
+        _sync(device)
+        elapsed = (clock() - start) * 1000.0
+        memory.sample()
+        return elapsed, output, part
+
     latencies: list[float] = []
     tokens = 0
     seen: set[int] = set()
     correct = 0
     output: Any = None
     with torch.inference_mode():
-        index = 0
+        warmed = warm_up(lambda index: run(index)[0], warmup, on_run=on_run)
         while True:
-            timed = index >= warmup
-            part = (
-                dataset(batch_size, index - warmup if timed else index, device) if dataset else None
-            )
-            inputs = part.inputs if part is not None else batch
-            _sync(device)
-            start = clock()
-            output = forward(target.model, inputs)
-            _sync(device)
-            elapsed = clock() - start
-            memory.sample()
-            if timed:
-                latencies.append(elapsed * 1000.0)
-                if part is not None:
-                    tokens += part.tokens
-                    correct += _score(target, output, part, seen)
-                elif target.tokens_per_sample:
-                    tokens += target.tokens_per_sample * batch_size
-            index += 1
+            elapsed, output, part = run(len(latencies))
+            latencies.append(elapsed)
+            if part is not None:
+                tokens += part.tokens
+                correct += _score(target, output, part, seen)
+            elif target.tokens_per_sample:
+                tokens += target.tokens_per_sample * batch_size
             if on_run is not None:
                 on_run()
             done = len(latencies) >= runs and sum(latencies) >= min_time_s * 1000.0
             if done or len(latencies) >= cap:
                 break
     result = summarise(batch_size, latencies, tokens)
+    result.warmup_runs = warmed
     memory.fill(result)
     if dataset is not None and seen and target.predict is not None:
         result.accuracy = correct / len(seen)
     elif accuracy is not None:
         result.accuracy = float(accuracy(output, batch))
     return result
+
+
+def warm_up(
+    run: Callable[[int], float], warmup: int, *, on_run: Callable[[], None] | None = None
+) -> int:
+    """`warmup` untimed runs, then more until the latency settles; returns how many ran.
+
+    `run(index)` does one forward and returns its latency. Settled: the last
+    two runs within 25% of each other and the last within 1.5x the fastest,
+    so a first call that pays for kernel selection or allocator growth is
+    never timed. The extra runs are capped (at `warmup` or 10, whichever is
+    more): a machine too noisy to settle is then timed as it is. `warmup` 0
+    turns warming off. `on_run` ticks for the first `warmup` runs only, the
+    ones a progress bar counts.
+    """
+    times: list[float] = []
+    limit = warmup + max(warmup, _EXTRA_WARMUP) if warmup else 0
+    while len(times) < limit:
+        times.append(run(len(times)))
+        if on_run is not None and len(times) <= warmup:
+            on_run()
+        if len(times) >= warmup and _settled(times):
+            break
+    return len(times)
+
+
+def _settled(times: Sequence[float]) -> bool:
+    if len(times) < 2:
+        return False
+    last, previous = times[-1], times[-2]
+    steady = max(last, previous) <= _SETTLE_PAIR * min(last, previous)
+    return steady and last <= _SETTLE_FASTEST * min(times)
 
 
 def _score(target: InferenceTarget, output: Any, part: Any, seen: set[int]) -> int:
@@ -196,7 +245,11 @@ def _score(target: InferenceTarget, output: Any, part: Any, seen: set[int]) -> i
 
 
 def summarise(batch_size: int, latencies: list[float], tokens: int) -> BatchResult:
-    """Latency statistics, rates and outliers of one batch size's timed runs."""
+    """Latency statistics, rates and outliers of one batch size's timed runs.
+
+    The rates divide by the median latency, not the total time: one run that
+    paid a late warm-up or a hiccup of the host would otherwise set them.
+    """
     stats = describe(latencies)
     total_s = math.fsum(latencies) / 1000.0
     result = BatchResult(batch_size, runs=len(latencies), total_time_s=total_s)
@@ -205,9 +258,15 @@ def summarise(batch_size: int, latencies: list[float], tokens: int) -> BatchResu
     result.outliers = count_outliers(latencies)
     if stats["mean"]:
         result.cv = stats["std"] / stats["mean"]
-        result.samples_per_second = batch_size * len(latencies) / total_s
-        result.batches_per_second = len(latencies) / total_s
-        result.tokens_per_second = tokens / total_s if tokens else None
+    median = stats["p50"]
+    if median > 0:
+        ordered = sorted(latencies)
+        iqr = percentile(ordered, 75) - percentile(ordered, 25)
+        result.robust_cv = iqr / _NORMAL_IQR / median
+        result.batches_per_second = 1000.0 / median
+        result.samples_per_second = batch_size * result.batches_per_second
+        per_run = tokens / len(latencies)
+        result.tokens_per_second = per_run * result.batches_per_second if tokens else None
     return result
 
 
@@ -230,6 +289,7 @@ def run_sweep(
     min_time_s: float = 0.0,
     accuracy: Callable[[Any, Any], float] | None = None,
     on_run: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[BatchResult]:
     """`measure_batch` for each batch size, ascending; an OOM size is recorded, not fatal."""
     if runs < 1 or warmup < 0:
@@ -250,6 +310,7 @@ def run_sweep(
                 accuracy=accuracy,
                 memory=memory,
                 on_run=on_run,
+                clock=clock,
             )
         except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
             if not _is_oom(exc):
@@ -261,63 +322,3 @@ def run_sweep(
             continue
         results.append(result)
     return results
-
-
-def best_batch_size(
-    results: Sequence[BatchResult], max_latency_ms: float | None = None
-) -> tuple[BatchResult | None, str]:
-    """The highest-throughput batch size (within a p95 latency budget when given), and why.
-
-    The reason gives the margin over the runner-up. Throughputs within the
-    measurement noise of the best (two standard errors of the difference of
-    their means) are a tie, and the smallest tied batch size is recommended:
-    same throughput, lower latency and memory.
-    """
-    usable = [r for r in results if r.status == "ok" and r.samples_per_second]
-    if max_latency_ms is not None:
-        within = [r for r in usable if r.latency_ms["p95"] <= max_latency_ms]
-        if not within:
-            return None, f"no batch size keeps p95 latency within {max_latency_ms:g} ms"
-        usable = within
-    if not usable:
-        return None, "no batch size completed"
-    ranked = sorted(usable, key=lambda r: r.samples_per_second or 0.0, reverse=True)
-    top = ranked[0]
-    tied = [r for r in ranked[1:] if _within_noise(top, r)]
-    best = min([top, *tied], key=lambda r: r.batch_size)
-    reason = f"highest throughput ({best.samples_per_second:.1f} samples/s"
-    if max_latency_ms is not None:
-        reason += f" with p95 latency {best.latency_ms['p95']:.2f} ms <= {max_latency_ms:g} ms"
-    reason += ")"
-    others = [r for r in ranked if r is not best]
-    if others:
-        runner = others[0]
-        margin = (best.samples_per_second or 0.0) / (runner.samples_per_second or 1.0) - 1.0
-        reason += (
-            f"; {margin:+.1%} over the runner-up, batch size {runner.batch_size} "
-            f"({runner.samples_per_second:.1f} samples/s)"
-        )
-    if tied:
-        sizes = ", ".join(
-            str(r.batch_size) for r in sorted([top, *tied], key=lambda r: r.batch_size)
-        )
-        reason += f"; sizes {sizes} are within measurement noise, so the smallest is chosen"
-    largest = max(r.batch_size for r in usable)
-    if best.batch_size < largest and not tied:
-        # Throughput that falls with larger batches means the device is saturated.
-        reason += f"; larger batches up to {largest} gave no more throughput"
-    elif best.batch_size == largest and max_latency_ms is None and _all_ok(results):
-        reason += "; the largest size tried: larger ones may do better still"
-    return best, reason
-
-
-def _all_ok(results: Sequence[BatchResult]) -> bool:
-    return all(r.status == "ok" for r in results)
-
-
-def _within_noise(a: BatchResult, b: BatchResult) -> bool:
-    """Whether two throughputs differ by less than two standard errors of the difference."""
-    if not (a.cv and b.cv and a.runs and b.runs and a.samples_per_second and b.samples_per_second):
-        return False
-    error = math.sqrt(a.cv**2 / a.runs + b.cv**2 / b.runs)
-    return abs(a.samples_per_second / b.samples_per_second - 1.0) < 2.0 * error

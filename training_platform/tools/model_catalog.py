@@ -20,6 +20,7 @@ NAMED_MODELS: dict[str, float] = {
     "Llama-3-70B": 70.6e9,
 }
 DEFAULT_MODELS = list(NAMED_MODELS)
+MIXTURES_OF_EXPERTS = frozenset({"DeepSeek-V3 (671B total)", "DeepSeek-V3 (37B active)"})
 
 # The seed layer's table (40_profile_gpu.py): 13.0 GB inference and 78.2 GB
 # training for a 7B model, i.e. 7e9 x 2 and 7e9 x 12 bytes in GiB, no overhead.
