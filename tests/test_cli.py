@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -133,3 +134,36 @@ def test_serve_with_an_unreachable_database_is_one_line_before_starting() -> Non
     )
     assert_one_line_error(code, stderr, "cannot use the database at")
     assert "Uvicorn running" not in stdout + stderr
+
+
+@pytest.mark.slow  # a real server in a subprocess: about 2 s
+def test_serve_prints_its_banner_once_it_answers(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "training_platform", "serve", "--port", "0",
+            "--metrics-dir", str(metrics), "--database-url", f"sqlite:///{tmp_path / 'p.db'}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            lines.append(line)
+            if "training_platform: http://" in line:
+                break
+        url = lines[-1].split()[1].rstrip("/")
+        # No retry: the banner comes once the server answers.
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        assert f"watching {metrics} for runs" in next(server.stdout)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    log = "".join(lines)
+    assert "Application startup complete" in log, log
+    assert log.count("INFO") <= 6, log  # the first start stays quiet: no migration notes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -90,6 +91,41 @@ def test_serve_brings_a_fresh_sqlite_file_up_by_itself(tmp_path: Path) -> None:
     engine = make_engine(settings.database_url)
     assert current_revision(engine) == head_revision()
     engine.dispose()
+
+
+def test_a_first_start_logs_one_line_and_the_migrations_details_at_debug(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'platform.db'}",
+        PLATFORM_METRICS_DIR=tmp_path,
+        PLATFORM_POLL_INTERVAL=0,
+    )
+    caplog.set_level(logging.INFO)
+    with TestClient(create_app(settings)):  # the server's lifespan: prepare_schema
+        pass
+    revisions = list(ScriptDirectory.from_config(alembic_config()).walk_revisions())
+    schema_lines = [
+        record
+        for record in caplog.records
+        if record.name.startswith(("alembic", "training_platform.store"))
+    ]
+    assert [record.getMessage() for record in schema_lines] == [
+        f"fresh database: creating the schema (revision {head_revision()})"
+    ]
+    assert len(revisions) > 1  # one line in all, not one per revision
+
+    # The details are still there for whoever asks for them.
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="alembic")
+    engine = make_engine(f"sqlite:///{tmp_path / 'debug.db'}")
+    try:
+        prepare_schema(engine, auto_migrate=True)
+    finally:
+        engine.dispose()
+    upgrades = [r for r in caplog.records if r.getMessage().startswith("Running upgrade")]
+    assert len(upgrades) == len(revisions)
+    assert {record.levelno for record in upgrades} == {logging.DEBUG}
 
 
 def test_an_out_of_date_schema_is_refused_with_a_clear_message(empty_database_url: str) -> None:

@@ -13,7 +13,6 @@ imported: the base install is the trainer side's and has no typer.
 from __future__ import annotations
 
 import contextlib
-import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,28 +113,6 @@ def _open_engine(url: str) -> Engine:
         _fail(f"bad database URL {url!r}: its driver is not installed ({exc})")
 
 
-def _run_server(settings: Settings, log_level: str, *, access_log: bool = True) -> None:
-    import uvicorn
-
-    from training_platform.api.main import create_app
-    from training_platform.api.websocket import uvicorn_ws_options
-
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    # watchfiles logs every batch of changes at INFO: noise for a long-running server.
-    logging.getLogger("watchfiles").setLevel(logging.WARNING)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        access_log=access_log,
-        **uvicorn_ws_options(settings),  # heartbeats, client message cap, bounded closes
-        # A backstop for SIGTERM: requests still running this long after it are
-        # cancelled (stalled WebSockets are already reset within 2 s).
-        timeout_graceful_shutdown=10,
-    )
-
-
 def _settings(**overrides: Any) -> Settings:
     from pydantic import ValidationError
 
@@ -161,6 +138,8 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.", show_default=True)] = "info",
 ) -> None:
     """Start the API server, dashboard and live pipeline in this process."""
+    from training_platform.serving import run_server
+
     settings = _settings(
         PLATFORM_HOST=host,
         PLATFORM_PORT=port,
@@ -168,7 +147,14 @@ def serve(
         DATABASE_URL=database_url,
     )
     _check_database(settings.database_url)
-    _run_server(settings, log_level)
+
+    def banner(url: str) -> None:
+        typer.echo(f"\n  training_platform: {url}/   (API docs: {url}/docs)")
+        typer.echo(
+            f"  watching {settings.metrics_dir.resolve()} for runs; Ctrl-C stops the server.\n"
+        )
+
+    run_server(settings, log_level, announce=banner)
 
 
 def _check_database(url: str) -> None:
@@ -284,6 +270,7 @@ def demo(
     import time
 
     from training_platform.demo.launcher import DemoTrainer
+    from training_platform.serving import run_server
 
     settings = _settings(
         PLATFORM_HOST=host,
@@ -315,17 +302,21 @@ def demo(
     # default disposition this process would die there, before `finally`
     # stops the trainer, which would run on orphaned.
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    url = f"http://{settings.host}:{settings.port}"
-    typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
     names = ", ".join(repr(job_id) for job_id, _ in trainers)
-    typer.echo(f"  demo runs {names} write to {settings.metrics_dir}; Ctrl-C stops all.")
-    if len(trainers) > 1:
-        jobs = ",".join(job_id for job_id, _ in trainers)
-        typer.echo(f"  compare them: {url}/#/compare?jobs={jobs}")
-    typer.echo("")
+
+    def banner(url: str) -> None:
+        typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
+        watched = settings.metrics_dir.resolve()
+        typer.echo(f"  demo runs {names} write to {watched}, which the server watches;")
+        typer.echo("  Ctrl-C stops all.")
+        if len(trainers) > 1:
+            jobs = ",".join(job_id for job_id, _ in trainers)
+            typer.echo(f"  compare them: {url}/#/compare?jobs={jobs}")
+        typer.echo("")
+
     try:
         # No access log: the dashboard polls, and a line per request buries the rest.
-        _run_server(settings, "info", access_log=False)
+        run_server(settings, "info", announce=banner, access_log=False)
     finally:
         for _, trainer in trainers:  # SIGINT: a run ends "stopped", not "running" forever
             trainer.stop()

@@ -51,6 +51,7 @@ class Built:
     wheel: Path
     wheel_from_sdist: Path
     sdist: Path
+    build_output: str  # what building the wheel from the clone printed
 
 
 @dataclass
@@ -97,7 +98,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     source = _clone(root / "clone")
     assert not (source / "training_platform" / "web" / "node_modules").exists()
     dist = root / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(source)])
+    build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(source)])
     (wheel,) = dist.glob("*.whl")
     sdist_name = _run(
         [
@@ -128,7 +129,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         env=_clean_env(PATH=path_without_npm),
     )
     (wheel_from_sdist,) = from_sdist.glob("*.whl")
-    return Built(wheel, wheel_from_sdist, sdist)
+    return Built(wheel, wheel_from_sdist, sdist, build.stdout + build.stderr)
 
 
 def _install(root: Path, requirement: str) -> Installed:
@@ -178,6 +179,13 @@ def test_the_wheel_holds_the_migrations_and_pinned_assets_not_node_modules(built
     assert stamp == {p: locked[f"node_modules/{p}"]["version"] for p in manifest["servedFiles"]}
     # The sdist carries the assets, so a wheel built from it without npm is the same.
     assert set(zipfile.ZipFile(built.wheel_from_sdist).namelist()) == names
+
+
+def test_the_wheel_builds_without_setuptools_warnings_about_the_data(built: Built) -> None:
+    # web/ is package data, not a package: setuptools warned once per folder of it.
+    assert "Building wheel" in built.build_output  # the backend's output is there to read
+    assert "is absent from the" not in built.build_output, built.build_output
+    assert "BuildBackendWarning" not in built.build_output, built.build_output
 
 
 def test_migrate_runs_from_the_wheel(installed: Installed) -> None:

@@ -13,6 +13,7 @@ import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -191,19 +192,48 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
+# Alembic logs each revision it runs at INFO with the revision's whole docstring
+# (design notes, several lines each), plus its context set-up. Inside this
+# module's calls they are details: demoted to DEBUG, so a start logs one line.
+_ALEMBIC_LOGGER = "alembic.runtime.migration"
+_alembic_details_quiet: ContextVar[bool] = ContextVar("alembic_details_quiet", default=False)
+
+
+def _demote_alembic_details(record: logging.LogRecord) -> bool:
+    if not _alembic_details_quiet.get() or record.levelno != logging.INFO:
+        return True
+    record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+    return logging.getLogger(_ALEMBIC_LOGGER).isEnabledFor(logging.DEBUG)
+
+
+@contextmanager
+def _alembic_details_at_debug() -> Iterator[None]:
+    alembic_logger = logging.getLogger(_ALEMBIC_LOGGER)
+    if _demote_alembic_details not in alembic_logger.filters:
+        alembic_logger.addFilter(_demote_alembic_details)
+    token = _alembic_details_quiet.set(True)
+    try:
+        yield
+    finally:
+        _alembic_details_quiet.reset(token)
+
+
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as connection:
+    with _alembic_details_at_debug(), engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
 
 def migrate_to_head(engine: Engine) -> None:
-    """Upgrade the database to the newest schema; a no-op when it is there already."""
+    """Upgrade the database to the newest schema; a no-op when it is there already.
+
+    Alembic's per-revision lines are logged at DEBUG; the caller says what changed.
+    """
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
+    with _alembic_details_at_debug(), engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
