@@ -121,6 +121,12 @@ def test_the_anomaly_table_lists_one_row_per_incident(live_server: LiveServer, p
     assert "critical" in both.inner_text()  # the higher of the two severities
     assert page.locator('#anomalies-panel tr[data-step="30"] .sources').inner_text() == "platform"
     assert page.locator("#anomaly-count").inner_text() == str(len(incidents))
+    # A type wraps after its underscore, never mid-word ("gradient_explo sion").
+    assert both.locator(".type").inner_text() == "kl_explosion"
+    assert both.locator(".type wbr").count() == 1
+    badge = page.locator(".anomaly-badge").inner_text()
+    count = int(badge.split()[0])
+    assert badge == (f"{count} anomaly" if count == 1 else f"{count} anomalies")
     # The message has most of the row, not a sliver of it.
     message_box = both.locator("td.message").bounding_box()
     row_box = both.bounding_box()

@@ -132,6 +132,15 @@ def test_artifacts_tab_renders_the_op_table_sortable_and_filterable_and_the_repo
     page.wait_for_selector("#profile-checks")
     assert page.text_content("#profile-checks") == "Checks: the profile's files are sound."
     assert page.eval_on_selector_all(".recommendation", "items => items.length") >= 1
+    # The evidence is a small key / value table, never JSON.
+    rows = page.eval_on_selector_all(
+        ".recommendation .evidence tr",
+        "rows => rows.map((r) => [r.cells[0].textContent, r.cells[1].textContent])",
+    )
+    assert rows, "no evidence rows"
+    for key, text in rows:
+        assert key and text and not any(c in key + text for c in '{}"'), rows
+    page.locator(".recommendations").screenshot(path=str(ARTIFACTS / "profile_recommendations.png"))
     _shot(page, "artifacts")
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +104,82 @@ def render_text(report: dict[str, Any]) -> str:
     for rec in recommendations:
         add(f"  [{rec['severity']}] {rec['title']}")
         add(f"      {rec['detail']}")
-        add(f"      evidence: {json.dumps(finite_or_none(rec['evidence']), default=str)[:400]}")
+        for line in evidence_lines(rec["evidence"]):
+            add(line)
     return "\n".join(out) + "\n"
+
+
+EVIDENCE_WIDTH = 96
+EVIDENCE_INDENT = "      "
+EVIDENCE_LIST_SHOWN = 4
+
+
+def _evidence_number(value: float) -> str:
+    if isinstance(value, int) or (
+        math.isfinite(value) and value.is_integer() and abs(value) < 1e15
+    ):
+        return f"{int(value):,}"
+    if not math.isfinite(value):
+        return str(value)
+    # Four significant digits; "3e-05" written "3e-5".
+    return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{value:.4g}")
+
+
+def evidence_value(value: Any, depth: int = 0) -> str:
+    """One evidence value as text: numbers to four significant digits, dicts as
+    "key value, key value", lists joined short or counted (the dashboard's evidence.js)."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return _evidence_number(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "none"
+        if depth >= 2:
+            return f"{len(value)} item{'' if len(value) == 1 else 's'}"
+        nested = any(isinstance(item, (dict, list, tuple)) for item in value)
+        shown = [evidence_value(item, depth + 1) for item in value[:EVIDENCE_LIST_SHOWN]]
+        left = len(value) - EVIDENCE_LIST_SHOWN
+        more = f" (+{left} more)" if left > 0 else ""
+        return (" | " if nested else ", ").join(shown) + more
+    if isinstance(value, dict):
+        if not value:
+            return "none"
+        if depth >= 2:
+            return f"{len(value)} value{'' if len(value) == 1 else 's'}"
+        return ", ".join(f"{_key(k)} {evidence_value(v, depth + 1)}" for k, v in value.items())
+    return str(value)
+
+
+def _key(key: Any) -> str:
+    return str(key).replace("_", " ")
+
+
+def evidence_lines(
+    evidence: Any, width: int = EVIDENCE_WIDTH, indent: str = EVIDENCE_INDENT
+) -> list[str]:
+    """A recommendation's evidence as "evidence: key value; key value" lines, wrapped
+    between words (a number or a name is never cut), never JSON."""
+    if isinstance(evidence, dict):
+        pieces = [f"{_key(k)} {evidence_value(v)}" for k, v in evidence.items()]
+    elif evidence is None:
+        pieces = []
+    else:
+        pieces = [evidence_value(evidence)]
+    if not pieces:
+        return []
+    return textwrap.wrap(
+        "; ".join(pieces),
+        width=width,
+        initial_indent=f"{indent}evidence: ",
+        subsequent_indent=f"{indent}  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def _memory_lines(memory: dict[str, Any] | None, add: Any) -> None:

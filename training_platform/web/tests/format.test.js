@@ -6,6 +6,8 @@ import { after, before, describe, test } from "node:test";
 
 import {
   NONFINITE,
+  breakable,
+  counted,
   debounce,
   fmtAgo,
   fmtBytes,
@@ -312,6 +314,18 @@ describe("DOM helpers", () => {
     });
   });
 
+  test("breakable: a snake_case name may wrap after its underscores only", () => {
+    const parts = breakable("gradient_explosion");
+    assert.equal(parts.length, 3);
+    assert.equal(parts[0], "gradient_");
+    assert.equal(parts[1].tagName, "wbr");
+    assert.equal(parts[2], "explosion");
+    const cell = h("div", {}, parts);
+    assert.equal(cell.textContent, "gradient_explosion"); // the text itself is unchanged
+    assert.deepEqual(breakable("nan_inf_x").map((p) => p.tagName ?? p), ["nan_", "wbr", "inf_", "wbr", "x"]);
+    assert.deepEqual(breakable("truncation"), ["truncation"]);
+  });
+
   test("statusBadge", () => {
     const badge = statusBadge("running");
     assert.equal(badge.tagName, "span");
@@ -371,3 +385,13 @@ describe("DOM helpers", () => {
     });
   });
 });
+
+describe("counted", () => {
+  test("says one noun in the singular, any other count in the plural", () => {
+    assert.equal(counted(1, "anomaly", "anomalies"), "1 anomaly");
+    assert.equal(counted(0, "anomaly", "anomalies"), "0 anomalies");
+    assert.equal(counted(3, "sample"), "3 samples");
+    assert.equal(counted(12345, "step"), "12,345 steps");
+  });
+});
+

@@ -11,6 +11,7 @@
 // the points it holds; the x axis (steps or wall-clock time) is the board's.
 // A chart with no series in a run that has points folds away (`hidden`).
 
+import { axisSize, estimateWidth, logGridSplits, tickLabels } from "./axis_ticks.js";
 import { logScaleWanted, resolveLines, setLogScaleWanted } from "./chart_specs.js";
 import { fmtClock, fmtNumber, fmtStep, h } from "./format.js";
 import { stepOfPoint } from "./samples_logic.js";
@@ -276,8 +277,17 @@ export class MetricChart {
       scales: { x: { time }, y: this.log ? { distr: 3, log: 10 } : {} },
       axes: [
         { values: (u, ticks) => (time ? this.clockLabels(ticks) : ticks.map(fmtStep)), size: 30 },
-        // A log axis leaves some ticks unlabelled (null): keep them so.
-        { values: (u, ticks) => ticks.map((v) => (v === null ? null : fmtNumber(v))), size: 62 },
+        // Labels like a plotting library's (axis_ticks.js), the axis as wide as its
+        // widest label; a log axis leaves some ticks unlabelled (null) and draws
+        // one grid line per decade where it spans several.
+        {
+          values: (u, ticks) => tickLabels(ticks, this.log),
+          size: (u, values) => axisSize(values, measureLabel),
+          ...(this.log ? {
+            grid: { filter: (u, splits) => logGridSplits(splits) },
+            ticks: { filter: (u, splits) => logGridSplits(splits) },
+          } : {}),
+        },
       ],
       cursor: {
         sync: { key: this.ctx.syncKey },
@@ -298,8 +308,11 @@ export class MetricChart {
           if (width < 2) return;
           const lo = this.toStep(u.posToVal(left, "x"));
           const hi = this.toStep(u.posToVal(left + width, "x"));
+          // The selection's edges are whole pixels: a step less than a pixel away
+          // counts as picked (a drag from step 18's point must not zoom from 17).
+          const pixel = Math.abs(this.toStep(u.posToVal(left + 1, "x")) - lo);
           u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
-          this.ctx.onZoom(Math.floor(lo), Math.ceil(hi));
+          this.ctx.onZoom(Math.floor(lo + pixel), Math.ceil(hi - pixel));
         }],
         setCursor: [(u) => this.showLegend(u.cursor.idx)],
         draw: [() => this.placeMarkers()],
@@ -452,6 +465,17 @@ export class MetricChart {
     }
     this.markers.replaceChildren(...nodes);
   }
+}
+
+// The y axis's labels measured in uPlot's axis font (an estimate without a canvas).
+const AXIS_FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif';
+let measureContext;
+function measureLabel(text) {
+  if (measureContext === undefined) {
+    measureContext = document.createElement("canvas").getContext("2d") || null;
+    if (measureContext) measureContext.font = AXIS_FONT;
+  }
+  return measureContext ? measureContext.measureText(text).width : estimateWidth(text);
 }
 
 /** Whether a series has any value or non-finite mark in the points held. */

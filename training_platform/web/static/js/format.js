@@ -19,6 +19,11 @@ export function fmtStep(step) {
   return step === null || step === undefined ? "–" : Number(step).toLocaleString("en-US");
 }
 
+/** "1 anomaly", "3 anomalies": a count with its noun in the right number. */
+export function counted(count, singular, plural = `${singular}s`) {
+  return `${fmtStep(count)} ${count === 1 ? singular : plural}`;
+}
+
 export function fmtAgo(seconds, now = Date.now() / 1000) {
   if (!seconds) return "never";
   const delta = Math.max(0, now - seconds);
@@ -114,4 +119,11 @@ export function debounce(fn, ms) {
     clearTimeout(timer);
     timer = setTimeout(() => fn(...args), ms);
   };
+}
+
+/** A snake_case name a narrow cell may wrap after an underscore, never mid-word
+ * ("gradient_explo sion" was drawn): the parts with a <wbr> after each "_". */
+export function breakable(name) {
+  const parts = String(name).split("_");
+  return parts.flatMap((part, i) => (i < parts.length - 1 ? [`${part}_`, h("wbr")] : [part]));
 }

@@ -2,7 +2,7 @@
 
 import { ApiError, api, enc, token } from "./api.js";
 import {
-  fmtAgo, fmtBytes, fmtStep, fmtTime, h, progressBar, statusBadge,
+  breakable, fmtAgo, fmtBytes, fmtStep, fmtTime, h, progressBar, statusBadge,
 } from "./format.js";
 import { isSamplesAnomaly } from "./samples_logic.js";
 
@@ -71,7 +71,7 @@ export function renderAnomalies(container, anomalies, onPick, onSamples = null) 
       h("td", { class: "step" }, h("button", { class: "link", title: "Zoom the charts to this step", onclick: () => onPick(a) }, fmtStep(a.step))),
       h("td", { class: "what" },
         h("span", { class: `badge severity-${a.severity}` }, a.severity),
-        h("div", { class: "type" }, a.type),
+        h("div", { class: "type" }, breakable(a.type)),
         h("div", { class: "sources muted", title: "Found by" }, sources)),
       h("td", { class: "message" }, a.message,
         onSamples && isSamplesAnomaly(a)

@@ -14,7 +14,8 @@
 
 import { ApiError, api, enc, token } from "./api.js";
 import { MetricChart } from "./charts.js";
-import { fmtBytes, fmtNumber, fmtStep, fmtTime, h } from "./format.js";
+import { evidenceRows } from "./evidence.js";
+import { counted, fmtBytes, fmtNumber, fmtStep, fmtTime, h } from "./format.js";
 import {
   TABS, memoryKeys, opTable, slowestSteps, stageTableFromColumns, tabOfHash, viewOps, withReferenceLines,
 } from "./profile_logic.js";
@@ -170,7 +171,7 @@ export class ProfileView {
       return;
     }
     const note = fromReport
-      ? `Exact over ${fmtStep(this.report.breakdown.steps)} steps (stage_times.json, ${fmtTime(this.report.updated_at)}).`
+      ? `Exact over ${counted(this.report.breakdown.steps, "step")} (stage_times.json, ${fmtTime(this.report.updated_at)}).`
       : `From the ${fmtStep(this.columns.length)} points on the chart (no stage_times.json).`;
     const step = fromReport ? this.report.breakdown.step_time : null;
     this.stageTable.replaceChildren(h("p", { class: "muted" }, note), h("table", { class: "profile-table stages" },
@@ -240,7 +241,7 @@ export class ProfileView {
     const recs = report.recommendations.map((rec) => h("li", { class: `recommendation severity-${rec.severity}`, "data-rule": rec.rule },
       h("span", { class: `badge severity-${rec.severity === "warning" ? "warning" : "info"}` }, rec.severity), " ",
       h("strong", {}, rec.title), h("p", {}, rec.detail),
-      h("code", { class: "evidence" }, JSON.stringify(rec.evidence))));
+      evidenceTable(rec.evidence)));
     const throughput = report.throughput;
     this.reportBox.replaceChildren(
       h("p", { class: report.ok ? "checks-ok" : "checks-bad", id: "profile-checks" },
@@ -321,7 +322,7 @@ export class ProfileView {
       body.replaceChildren(...rows.slice(0, OP_ROWS_SHOWN).map((row) => h("tr", {},
         table.columns.map((name) => h("td", { class: name === "op_name" ? "op" : "num" },
           typeof row[name] === "number" ? fmtNumber(row[name]) : row[name])))));
-      count.textContent = `${Math.min(rows.length, OP_ROWS_SHOWN)} of ${rows.length} operators shown`;
+      count.textContent = `${Math.min(rows.length, OP_ROWS_SHOWN)} of ${counted(rows.length, "operator")} shown`;
     };
     const filter = h("input", {
       type: "search", class: "op-filter", placeholder: "Filter operators", "aria-label": "Filter operators",
@@ -331,6 +332,14 @@ export class ProfileView {
       h("div", { class: "op-scroll" }, h("table", { class: "profile-table op-table" }, h("thead", {}, h("tr", {}, heads)), body)));
     render();
   }
+}
+
+/** A recommendation's evidence as a small key / value table (evidence.js), not JSON. */
+function evidenceTable(evidence) {
+  const rows = evidenceRows(evidence);
+  if (!rows.length) return "";
+  return h("table", { class: "evidence" }, h("caption", {}, "Evidence"),
+    h("tbody", {}, rows.map(([key, text]) => h("tr", {}, h("th", { scope: "row" }, key), h("td", {}, text)))));
 }
 
 function flatFigures(figures) {

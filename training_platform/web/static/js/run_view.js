@@ -14,12 +14,15 @@
 
 import { allAnomalies, api, enc } from "./api.js";
 import { ChartBoard } from "./board.js";
+import { runLabel } from "./compare_logic.js";
 import {
-  debounce, fmtAgo, fmtStep, fmtTime, frameThrottle, h, progressBar, statusBadge,
+  counted, debounce, fmtAgo, fmtStep, fmtTime, frameThrottle, h, progressBar, statusBadge,
 } from "./format.js";
 import { LiveStream } from "./live.js";
 import { mergeIncident, renderAnomalies, renderArtifacts, renderStatus } from "./panels.js";
 import { ProfileView } from "./profile_view.js";
+import { RunConfigSection } from "./run_config.js";
+import { tagChips } from "./run_labels.js";
 import { SamplesView } from "./samples_view.js";
 import { Columns } from "./series.js";
 
@@ -60,6 +63,7 @@ export class RunView {
     });
     this.samples = new SamplesView(jobId);
     this.profile = new ProfileView(jobId); // the Timing, Memory and Artifacts tabs
+    this.config = new RunConfigSection(); // name, project, tags above; the config below the header
   }
 
   /** Another tab of this run (#/run/{job}/timing ...), switched in place by main.js. */
@@ -165,7 +169,7 @@ export class RunView {
           h("section", { class: "panel" }, h("h2", {}, "Status"), this.statusPanel),
           h("section", { class: "panel" }, h("h2", {}, "Anomalies ", h("span", { class: "count", id: "anomaly-count" }, "0")), this.anomalyPanel),
           h("section", { class: "panel" }, h("h2", {}, "Profiling artifacts"), this.artifactsPanel)));
-    this.root.replaceChildren(this.header, this.profile.tabs, toolbar, runLayout, this.samples.root, this.profile.root);
+    this.root.replaceChildren(this.header, this.config.root, this.profile.tabs, toolbar, runLayout, this.samples.root, this.profile.root);
     this.profile.setOverview([toolbar, runLayout, this.samples.root]);
   }
 
@@ -173,12 +177,19 @@ export class RunView {
     this.job = job;
     const lastStep = this.lastStep() ?? job.latest_step;
     const current = Math.max(job.current_step ?? -1, lastStep ?? -1);
+    const label = runLabel(job);
     this.header.replaceChildren(
-      h("h1", {}, job.job_id), statusBadge(job.status),
+      h("h1", { class: "run-title", title: label === job.job_id ? null : `job ${job.job_id}` }, label),
+      label === job.job_id ? "" : h("span", { class: "muted job-id run-job-id", id: "run-job-id" }, job.job_id),
+      job.project ? h("span", { class: "badge project-badge", id: "run-project", title: "project" }, job.project) : "",
+      job.tags && job.tags.length ? h("span", { id: "run-tags" }, tagChips(job.tags)) : "",
+      statusBadge(job.status),
       progressBar(current < 0 ? null : current, job.total_steps, job.status),
       h("span", { class: "muted", title: fmtTime(job.updated_at) }, `updated ${fmtAgo(job.updated_at)}`),
       this.anomalies.length
-        ? h("span", { class: "badge anomaly-badge" }, `${this.anomalies.length} anomalies`) : "");
+        ? h("span", { class: "badge anomaly-badge" }, counted(this.anomalies.length, "anomaly", "anomalies")) : "",
+      job.notes ? h("p", { class: "run-notes", id: "run-notes" }, job.notes) : "");
+    this.config.show(job);
     renderStatus(this.statusPanel, job);
   }
 

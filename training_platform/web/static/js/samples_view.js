@@ -12,7 +12,7 @@
 // cells, the nearest step) are samples_logic.js.
 
 import { ApiError, api, enc } from "./api.js";
-import { debounce, fmtStep, fmtTime, h } from "./format.js";
+import { counted, debounce, fmtStep, fmtTime, h } from "./format.js";
 import {
   PAGE_SIZE, SORTS, componentCells, defaultFilters, describeStep, filtersActive,
   finishReasonOptions, groupByStep, indexOfStep, lengthCell, mergeStepStats,
@@ -313,7 +313,7 @@ export class SamplesView {
   showStepHeader() {
     const index = this.index();
     this.slider.value = String(Math.max(0, index));
-    this.slider.title = `${fmtStep(index + 1)} of ${fmtStep(this.steps.length)} steps with samples`;
+    this.slider.title = `${fmtStep(index + 1)} of ${counted(this.steps.length, "step")} with samples`;
     this.stepLabel.textContent = `step ${fmtStep(this.step)}`;
     this.stepStats.textContent = describeStep(this.stats[index]);
     this.prevButton.disabled = index <= 0;
@@ -556,7 +556,7 @@ export class SamplesView {
     container.replaceChildren(
       h("div", { class: "prompt-history-head" },
         h("strong", {}, `This prompt in ${fmtStep(columns.length)} step${columns.length === 1 ? "" : "s"}`),
-        h("span", { class: "muted" }, ` · ${fmtStep(samples.length)} samples${body.next_cursor ? " so far" : ""}`),
+        h("span", { class: "muted" }, ` · ${counted(samples.length, "sample")}${body.next_cursor ? " so far" : ""}`),
         h("button", { class: "prompt-history-close", onclick: () => {
           container.hidden = true;
           container.replaceChildren();
