@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.web.conftest import LiveServer, make_record
+from tests.web.test_dashboard_charts import _open_run, _store
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -37,22 +38,6 @@ Y_AXIS = """(id) => {
 }"""
 
 
-def _store(server: LiveServer, job_id: str, records: list[dict[str, Any]]) -> None:
-    server.write_records(job_id, records)
-    last = records[-1]["step"]
-    server.write_status(job_id, "completed", last, last + 1)
-    server.sync(job_id)
-
-
-def _open(page: Any, server: LiveServer, job_id: str, last_step: int) -> None:
-    page.goto(f"{server.url}/#/run/{job_id}")
-    page.wait_for_function(
-        """(text) => document.querySelector('.chart[data-chart="kl"] .legend-step')
-            ?.textContent.startsWith(text)""",
-        arg=f"step {last_step:,}",
-    )
-
-
 def _assert_readable(axis: dict[str, Any]) -> None:
     assert axis["labels"], axis
     for label in axis["labels"]:
@@ -70,7 +55,7 @@ def test_a_log_axis_over_four_decades_labels_its_decades_in_full(
         for step, s in ((step, step / 49) for step in range(50))
     ]
     _store(live_server, "decades", records)
-    _open(page, live_server, "decades", 49)
+    _open_run(page, live_server, "decades", 49, chart="kl")
     page.locator('.chart[data-chart="kl"] .chart-log').click()
     page.wait_for_function(
         """() => document.querySelector('.chart[data-chart="kl"]')
@@ -96,7 +81,7 @@ def test_a_linear_axis_of_small_values_writes_them_in_full(
         for step in range(50)
     ]
     _store(live_server, "small", records)
-    _open(page, live_server, "small", 49)
+    _open_run(page, live_server, "small", 49, chart="kl")
     axis = page.evaluate(Y_AXIS, "kl")
     _assert_readable(axis)
     # Under 0.001: written 2.5e-4, each label a distinct number (not ".000e-4" twice).

@@ -52,12 +52,15 @@ def _store(server: LiveServer, job_id: str, records: list[dict[str, Any]]) -> No
     server.sync(job_id)
 
 
-def _open_run(page: Any, server: LiveServer, job_id: str, last_step: int) -> None:
+def _open_run(
+    page: Any, server: LiveServer, job_id: str, last_step: int, chart: str = "losses"
+) -> None:
+    """The run page, once `chart`'s legend has reached `last_step`."""
     page.goto(f"{server.url}/#/run/{job_id}")
     page.wait_for_function(
-        """(text) => document.querySelector('.chart[data-chart="losses"] .legend-step')
+        """([chart, text]) => document.querySelector(`.chart[data-chart="${chart}"] .legend-step`)
             ?.textContent.startsWith(text)""",
-        arg=f"step {last_step:,}",
+        arg=[chart, f"step {last_step:,}"],
     )
 
 
