@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,6 +46,23 @@ BACKENDS = [
     if name.strip()
 ]
 _TABLES = ("anomalies", "training_metrics", "sync_state", "jobs", "deleted_jobs")
+_DATA_HOME: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No test writes into the real user's data directory, the default metrics
+    directory of the callback and the server (callbacks/wire/locations.py): both
+    point into a temporary directory for the whole run, subprocesses included.
+    Tests of the default itself set XDG_DATA_HOME / HOME and drop PLATFORM_METRICS_DIR."""
+    data_home = tempfile.mkdtemp(prefix="training-platform-tests-")
+    _DATA_HOME.append(data_home)
+    os.environ["XDG_DATA_HOME"] = data_home
+    os.environ["PLATFORM_METRICS_DIR"] = os.path.join(data_home, "training-platform", "metrics")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _DATA_HOME:
+        shutil.rmtree(_DATA_HOME.pop(), ignore_errors=True)
 
 
 # --- markers by rule ------------------------------------------------------------------
@@ -74,6 +92,8 @@ SLOW_TESTS = frozenset(
         "test_sample_diagnostics_demo.py::test_a_healthy_demo_run_raises_no_finding_from_its_samples",
         "test_sample_diagnostics_demo.py::"
         "test_the_demos_learning_rate_blow_up_is_caught_from_its_samples_within_5_steps",
+        "test_demo_incidents.py::test_the_demos_blow_up_is_a_handful_of_lasting_incidents",
+        "test_demo_incidents.py::test_a_healthy_demo_run_of_the_same_length_raises_no_incident",
         # ingest and history
         "test_persister.py::test_a_killed_sync_process_resumes_without_loss_or_duplicate",
         "test_persister.py::test_many_small_appends_arrive_in_order",

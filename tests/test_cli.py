@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -11,8 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from training_platform.callbacks.wire.lines import encode_record
+from training_platform.callbacks.wire.locations import default_output_dir
 from training_platform.callbacks.wire.records import build_record
 from training_platform.cli import app
+from training_platform.settings import Settings
 
 runner = CliRunner()
 
@@ -115,8 +119,9 @@ def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("command", "defaults"),
     [
-        ("serve", ["127.0.0.1", "8000", "platform_metrics", "sqlite:///./training_platform.db"]),
-        ("sync", ["platform_metrics", "sqlite:///./training_platform.db"]),
+        # The metrics directory's default: the user's data directory (a temp one in tests).
+        ("serve", ["127.0.0.1", "8000", "training-platform", "sqlite:///./training_platform.db"]),
+        ("sync", ["training-platform", "sqlite:///./training_platform.db"]),
         ("migrate", ["sqlite:///./training_platform.db"]),
     ],
 )
@@ -134,6 +139,95 @@ def test_serve_with_an_unreachable_database_is_one_line_before_starting() -> Non
     )
     assert_one_line_error(code, stderr, "cannot use the database at")
     assert "Uvicorn running" not in stdout + stderr
+
+
+@pytest.fixture
+def default_metrics_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No PLATFORM_METRICS_DIR: the default, under a temporary user data directory."""
+    monkeypatch.delenv("PLATFORM_METRICS_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    return default_output_dir()
+
+
+@pytest.fixture
+def announced(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
+    """`run_server` replaced: it announces a URL at once and returns (no server)."""
+    served: list[Settings] = []
+
+    def announce_only(
+        settings: Settings, log_level: str, *, announce: Callable[[str], None], **_: object
+    ) -> None:
+        served.append(settings)
+        announce("http://127.0.0.1:9")
+
+    monkeypatch.setattr("training_platform.serving.run_server", announce_only)
+    return served
+
+
+def test_serve_creates_the_default_metrics_dir_and_names_it_in_its_banner(
+    default_metrics_dir: Path, announced: list[Settings], tmp_path: Path
+) -> None:
+    assert not default_metrics_dir.exists()
+    code, stdout, _ = run("serve", "--database-url", f"sqlite:///{tmp_path / 'p.db'}")
+    assert code == 0
+    assert default_metrics_dir.is_dir()
+    assert f"watching {default_metrics_dir} for runs" in stdout
+    assert announced[0].metrics_dir == default_metrics_dir  # where PlatformCallback writes
+
+
+def test_serve_names_a_relative_metrics_dir_as_an_absolute_path(
+    default_metrics_dir: Path, announced: list[Settings], tmp_path: Path
+) -> None:
+    code, stdout, _ = run(
+        "serve", "--metrics-dir", "runs", "--database-url", f"sqlite:///{tmp_path / 'p.db'}"
+    )
+    assert code == 0
+    assert f"watching {(tmp_path / 'runs').resolve()} for runs" in stdout
+
+
+def test_serve_with_a_metrics_dir_it_cannot_create_is_one_line(
+    announced: list[Settings], tmp_path: Path
+) -> None:
+    (tmp_path / "taken").write_text("a file")
+    code, _, stderr = run(
+        "serve", "--metrics-dir", str(tmp_path / "taken"),
+        "--database-url", f"sqlite:///{tmp_path / 'p.db'}",
+    )  # fmt: skip
+    assert_one_line_error(code, stderr, "metrics directory", "taken", "PLATFORM_METRICS_DIR")
+    assert announced == []
+
+
+def test_demo_train_with_an_output_dir_it_cannot_create_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("a file")
+    code, _, stderr = run("demo-train", "--output-dir", str(tmp_path / "taken"), "--steps", "1")
+    assert_one_line_error(code, stderr, "metrics directory", "taken", "PLATFORM_METRICS_DIR")
+
+
+def test_the_demo_trainer_writes_where_the_demo_server_watches(
+    default_metrics_dir: Path,
+    announced: list[Settings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    commands: list[list[str]] = []
+
+    class RecordedTrainer:
+        def __init__(self, command: Sequence[str]) -> None:
+            commands.append(list(command))
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr("training_platform.demo.launcher.DemoTrainer", RecordedTrainer)
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # the demo's SIGTERM handler
+    code, stdout, _ = run("demo", "--database-url", f"sqlite:///{tmp_path / 'p.db'}")
+    assert code == 0, stdout
+    (command,) = commands
+    written = Path(command[command.index("--output-dir") + 1])
+    assert written == default_metrics_dir == announced[0].metrics_dir
+    assert written.is_dir() and written.is_absolute()
+    assert f"write to {default_metrics_dir}, which the server watches" in stdout
 
 
 @pytest.mark.slow  # a real server in a subprocess: about 2 s

@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "callbacks": {"errors"},
     "profile_report": {"callbacks", "errors"},
     "errors": set(),
-    "settings": set(),
+    "settings": {"callbacks"},  # the default metrics directory (callbacks/wire/locations.py)
     "store": {"callbacks", "errors"},
     "history": {"store", "callbacks", "errors"},
     "ingest": {"history", "store", "callbacks", "errors", "settings"},

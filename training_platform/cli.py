@@ -61,7 +61,8 @@ PortOption = Annotated[
 MetricsDirOption = Annotated[
     Path | None,
     typer.Option(
-        help="Metrics directory (env PLATFORM_METRICS_DIR).",
+        help="Metrics directory, where PlatformCallback writes by default too "
+        "(env PLATFORM_METRICS_DIR; default: the user's data directory).",
         show_default=_default_of("metrics_dir"),
     ),
 ]
@@ -102,6 +103,18 @@ def _known_errors(database_url: str | None = None) -> Iterator[None]:
         _fail(f"cannot use the database{where}: {_first_line(exc)}")
     except CommandError as exc:
         _fail(f"migration failed: {_first_line(exc)}")
+
+
+def _ensure_metrics_dir(directory: Path) -> Path:
+    """The watched directory, created when missing (no trainer may have run yet), as
+    an absolute path; one line and exit 1 when it cannot be created."""
+    from training_platform.callbacks.wire.locations import ensure_metrics_dir
+    from training_platform.errors import MetricsDirError
+
+    try:
+        return ensure_metrics_dir(directory).resolve()
+    except MetricsDirError as exc:
+        _fail(str(exc))
 
 
 def _open_engine(url: str) -> Engine:
@@ -147,12 +160,11 @@ def serve(
         DATABASE_URL=database_url,
     )
     _check_database(settings.database_url)
+    watched = _ensure_metrics_dir(settings.metrics_dir)
 
     def banner(url: str) -> None:
         typer.echo(f"\n  training_platform: {url}/   (API docs: {url}/docs)")
-        typer.echo(
-            f"  watching {settings.metrics_dir.resolve()} for runs; Ctrl-C stops the server.\n"
-        )
+        typer.echo(f"  watching {watched} for runs; Ctrl-C stops the server.\n")
 
     run_server(settings, log_level, announce=banner)
 
@@ -278,7 +290,8 @@ def demo(
         PLATFORM_METRICS_DIR=metrics_dir,
         DATABASE_URL=database_url,
     )
-    settings.metrics_dir.mkdir(parents=True, exist_ok=True)
+    # Absolute, so the demo trainers (child processes) write exactly where the server reads.
+    watched = _ensure_metrics_dir(settings.metrics_dir)
     stamp = time.strftime("demo-grpo-%Y%m%d-%H%M%S")
     rates: list[float | None] = list(lr) if lr else [None]
     trainers = []
@@ -286,7 +299,7 @@ def demo(
         job_id = stamp if len(rates) == 1 else f"{stamp}-lr{rate:g}"
         command = [
             sys.executable, "-m", "training_platform", "demo-train",
-            "--job-id", job_id, "--output-dir", str(settings.metrics_dir),
+            "--job-id", job_id, "--output-dir", str(watched),
             "--steps", str(steps), "--step-delay", str(step_delay), "--profile",
             "--seed", "0",
         ]  # fmt: skip
@@ -306,7 +319,6 @@ def demo(
 
     def banner(url: str) -> None:
         typer.echo(f"\n  training_platform demo: {url}/   (API docs: {url}/docs)")
-        watched = settings.metrics_dir.resolve()
         typer.echo(f"  demo runs {names} write to {watched}, which the server watches;")
         typer.echo("  Ctrl-C stops all.")
         if len(trainers) > 1:

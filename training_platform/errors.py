@@ -35,6 +35,11 @@ class JobConflictError(PlatformError):
     """A job with that id exists already with a different source."""
 
 
+class MetricsDirError(PlatformError, OSError):
+    """The metrics directory (docs/contract.md §1) does not exist and cannot be created:
+    no permission, a file in its place, a read-only file system, ..."""
+
+
 class InvalidSourceError(PlatformError, ValueError):
     """A job source that cannot be used: directory missing, key outside the key dir, ..."""
 

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from training_platform.callbacks.wire.locations import user_metrics_dir
+
 
 def _default_database_url() -> str:
     return "sqlite:///./training_platform.db"
@@ -30,10 +32,12 @@ class Settings(BaseSettings):
         "PostgreSQL: postgresql+psycopg://user@host/db (postgresql:// is accepted too).",
     )
     metrics_dir: Path = Field(
-        default=Path("./platform_metrics"),
+        default_factory=user_metrics_dir,
         validation_alias="PLATFORM_METRICS_DIR",
         description="Directory scanned for {job_id}_metrics.jsonl files (jobs are "
-        "discovered there without any call).",
+        "discovered there without any call); created when missing. Default: the user's "
+        "data directory, ~/.local/share/training-platform/metrics on Linux "
+        "($XDG_DATA_HOME respected), where PlatformCallback writes by default too.",
     )
     allowed_job_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
@@ -360,6 +364,15 @@ class Settings(BaseSettings):
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("metrics_dir", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: object) -> object:
+        # PLATFORM_METRICS_DIR="" means unset, as on the trainer side
+        # (wire/locations.py), not the working directory.
+        if isinstance(value, str) and not value.strip():
+            return user_metrics_dir()
         return value
 
     @field_validator("allowed_job_roots")

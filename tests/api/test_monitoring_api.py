@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from training_platform.callbacks.wire.lines import encode_record
 from training_platform.callbacks.wire.records import build_record
-from training_platform.history.metrics_query import merge_incidents
+from training_platform.history.incidents import merge_incidents
 
 # Written as a person would, in the contract's format (long lines on purpose).
 HAND_WRITTEN = b"""{"step": 0, "timestamp": 1704672000.0, "loss": {"actor_loss": 2.5, "critic_loss": 1.2, "total_loss": 3.7}, "reward": {"mean": 0.5, "std": 0.1, "max": 0.7, "min": 0.3}, "kl": {"mean": 0.1, "max": 0.15}, "gradient": {"actor_norm": 1.5, "critic_norm": 0.8}, "performance": {"tokens_per_second": 1000.0, "step_time": 2.5, "gpu_memory_allocated": 40.5}, "timing": {"rollout": 1.2, "reward": 0.3}, "extra": {"actor/entropy": 0.91, "response_length/mean": 312.0}}
@@ -133,10 +133,10 @@ def test_one_incident_per_step_and_type_with_the_highest_severity(
             ],
         )
     )
-    # Past the detectors' cooldown (20 steps): a new incident, found by the platform alone.
-    records += [build_record(step, calm, timestamp=float(step)) for step in range(6, 30)]
+    # Past the detectors' cooldown (50 steps): a new incident, found by the platform alone.
+    records += [build_record(step, calm, timestamp=float(step)) for step in range(6, 60)]
     records.append(
-        build_record(30, {"kl": {"mean": 9.0}, "loss": {"total_loss": 1.0}}, timestamp=30)
+        build_record(60, {"kl": {"mean": 9.0}, "loss": {"total_loss": 1.0}}, timestamp=60)
     )
     (metrics_dir / "inc_metrics.jsonl").write_bytes(b"".join(encode_record(r) for r in records))
     client.post("/api/monitoring/inc/metrics/sync")
@@ -148,7 +148,7 @@ def test_one_incident_per_step_and_type_with_the_highest_severity(
     assert summary == [
         (5, "kl_explosion", "critical", ["callback", "platform"]),
         (5, "reward_hacking", "info", ["callback"]),
-        (30, "kl_explosion", "critical", ["platform"]),
+        (60, "kl_explosion", "critical", ["platform"]),
     ]
     assert merged[0]["message"] == "KL 7.0 at lr 3e-6"
     assert merged[0]["created_at"] == min(
@@ -156,7 +156,7 @@ def test_one_incident_per_step_and_type_with_the_highest_severity(
     )
     assert len(rows) == 4
     window = client.get("/api/monitoring/inc/metrics/anomalies?start_step=6").json()
-    assert [(a["step"], a["sources"]) for a in window["anomalies"]] == [(30, ["platform"])]
+    assert [(a["step"], a["sources"]) for a in window["anomalies"]] == [(60, ["platform"])]
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,9 @@ def test_an_incident_is_the_same_whichever_source_comes_first() -> None:
         "sources": ["callback", "platform"],
         "created_at": 1.0,
         "evidence": None,  # only a finding from samples points at samples
+        "end_step": 9,  # the furthest any source saw it go on
     }
+    platform["end_step"] = 9
 
     assert merge_incidents([callback, platform]) == [expected]
     assert merge_incidents([platform, callback]) == [expected]

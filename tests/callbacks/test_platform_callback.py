@@ -13,7 +13,7 @@ import torch
 
 from tests.callbacks.helpers import read_records, read_status
 from training_platform.callbacks import PlatformCallback, StopTraining
-from training_platform.errors import InvalidJobIdError
+from training_platform.errors import InvalidJobIdError, MetricsDirError
 
 STATUS_KEYS = {
     "job_id", "status", "current_step", "total_steps", "anomaly_detected",
@@ -149,16 +149,27 @@ def test_an_invalid_job_id_is_refused_with_a_clear_error(tmp_path: Path, job_id:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_output_dir_comes_from_the_environment_then_defaults(
+def test_the_output_dir_comes_from_the_environment_then_the_user_data_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PLATFORM_METRICS_DIR", str(tmp_path / "from-env"))
     assert PlatformCallback("a").status_path == tmp_path / "from-env" / "a_status.json"
     monkeypatch.delenv("PLATFORM_METRICS_DIR")
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path / "from-env")  # the working directory plays no part
     callback = PlatformCallback("b")
-    assert callback.output_dir == Path("./platform_metrics")
-    assert (tmp_path / "platform_metrics" / "b_status.json").exists()
+    if os.name == "posix" and os.uname().sysname != "Darwin":
+        assert callback.output_dir == tmp_path / "data" / "training-platform" / "metrics"
+    assert (callback.output_dir / "b_status.json").exists()  # created, parents and all
+    assert callback.output_dir.is_absolute()
+
+
+def test_an_output_dir_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("a file, not a directory")
+    with pytest.raises(MetricsDirError, match=r"taken.*PLATFORM_METRICS_DIR"):
+        PlatformCallback("a", tmp_path / "taken")
+    with pytest.raises(MetricsDirError, match="cannot be created"):
+        PlatformCallback("b", tmp_path / "taken" / "metrics")
 
 
 def test_only_the_rank_zero_process_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

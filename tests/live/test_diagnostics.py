@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.detectors.config import AnomalyConfig
@@ -16,7 +15,6 @@ from training_platform.callbacks.wire.records import build_record
 from training_platform.history.metrics_query import list_anomalies
 from training_platform.ingest.metrics_file import sync_metrics_from_file
 from training_platform.ingest.readers import LocalMetricsReader
-from training_platform.ingest.registry import discover_jobs
 from training_platform.ingest.sync_service import SyncService
 from training_platform.live.diagnostics import PlatformDiagnostics
 from training_platform.live.pipeline import LivePipeline
@@ -24,15 +22,6 @@ from training_platform.settings import Settings
 from training_platform.store.jobs import summarize_jobs
 
 Factory = sessionmaker[Session]
-
-
-@pytest.fixture
-def run1(metrics_dir: Path, session_factory: Factory) -> Path:
-    path = metrics_dir / "run1_metrics.jsonl"
-    path.write_bytes(b"")
-    with session_factory.begin() as session:
-        discover_jobs(session, metrics_dir)
-    return path
 
 
 def write(path: Path, steps: range, **groups: Callable[[int], dict[str, Any]]) -> None:

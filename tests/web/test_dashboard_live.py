@@ -99,10 +99,10 @@ def test_the_progress_bar_moves_with_status_messages_alone(
 
 
 def test_the_anomaly_table_lists_one_row_per_incident(live_server: LiveServer, page: Any) -> None:
-    # Spikes more than the detectors' cooldown (20 steps) apart: separate incidents.
-    records = [make_record(step) for step in range(40)]
+    # Spikes more than the detectors' cooldown (50 steps) apart: separate incidents.
+    records = [make_record(step) for step in range(80)]
     records[5] = _kl_spike(5, reported=True)  # found by both
-    records[30] = _kl_spike(30, reported=False)  # found by the platform only
+    records[70] = _kl_spike(70, reported=False)  # found by the platform only
     live_server.write_records("inc", records)
     live_server.sync("inc")
     api = f"{live_server.url}/api/monitoring/inc/metrics/anomalies"
@@ -111,7 +111,7 @@ def test_the_anomaly_table_lists_one_row_per_incident(live_server: LiveServer, p
     assert len(rows) > len(incidents)  # the page must not show the raw rows
 
     page.goto(f"{live_server.url}/#/run/inc")
-    table = page.locator("#anomalies-panel tbody tr")
+    table = page.locator("#anomalies-panel tbody tr.incident")
     page.wait_for_selector('#anomalies-panel tr[data-step="5"]')
     assert table.count() == len(incidents)
     both = page.locator('#anomalies-panel tr[data-step="5"][data-type="kl_explosion"]')
@@ -119,7 +119,7 @@ def test_the_anomaly_table_lists_one_row_per_incident(live_server: LiveServer, p
     assert "callback + platform" in both.inner_text()
     assert "KL 7.0 at step 5" in both.locator("td.message").inner_text()
     assert "critical" in both.inner_text()  # the higher of the two severities
-    assert page.locator('#anomalies-panel tr[data-step="30"] .sources').inner_text() == "platform"
+    assert page.locator('#anomalies-panel tr[data-step="70"] .sources').inner_text() == "platform"
     assert page.locator("#anomaly-count").inner_text() == str(len(incidents))
     # A type wraps after its underscore, never mid-word ("gradient_explo sion").
     assert both.locator(".type").inner_text() == "kl_explosion"
@@ -136,13 +136,13 @@ def test_the_anomaly_table_lists_one_row_per_incident(live_server: LiveServer, p
     # Live: the record's own anomaly and the platform's finding arrive separately,
     # and still make one row.
     page.wait_for_selector("#connection[data-state=live]")
-    live_server.write_records("inc", [_kl_spike(60, reported=True)])
-    page.wait_for_selector('#anomalies-panel tr[data-step="60"]')
-    live = page.locator('#anomalies-panel tr[data-step="60"][data-type="kl_explosion"]')
+    live_server.write_records("inc", [_kl_spike(140, reported=True)])
+    page.wait_for_selector('#anomalies-panel tr[data-step="140"]')
+    live = page.locator('#anomalies-panel tr[data-step="140"][data-type="kl_explosion"]')
     page.wait_for_function(
         """() => {
             const row = document.querySelector(
-                '#anomalies-panel tr[data-step="60"][data-type="kl_explosion"]');
+                '#anomalies-panel tr[data-step="140"][data-type="kl_explosion"]');
             return row !== null && row.textContent.includes("callback + platform");
         }"""
     )

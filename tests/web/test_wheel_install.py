@@ -208,7 +208,7 @@ def test_migrate_runs_from_the_wheel(installed: Installed) -> None:
 
 
 # What `pip install training-platform` may bring; pip and setuptools come with the venv.
-TRAINER_DISTRIBUTIONS = {"training-platform", "orjson", "psutil", "nvidia-ml-py"}
+TRAINER_DISTRIBUTIONS = {"training-platform", "orjson", "psutil", "nvidia-ml-py", "platformdirs"}
 SERVER_DISTRIBUTIONS = {
     "fastapi",
     "starlette",

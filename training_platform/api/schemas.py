@@ -44,7 +44,9 @@ class SSHSourceIn(RequestBody):
     key_path: LocalPath = Field(
         min_length=1, description="Private key file; must lie inside the server's key directory."
     )
-    remote_dir: str = Field(min_length=1, examples=["/home/alice/platform_metrics"])
+    remote_dir: str = Field(
+        min_length=1, examples=["/home/alice/.local/share/training-platform/metrics"]
+    )
     remote_rollout_dir: str | None = Field(
         default=None,
         min_length=1,
@@ -201,6 +203,20 @@ class AnomalyOut(BaseModel):
     evidence: list[int] | None = Field(
         default=None,
         description="For a finding from samples: the indexes of the step's samples that show it.",
+    )
+    end_step: int = Field(
+        description="The last step its condition held before it ended or escalated "
+        "(`step` when the platform has no extent for it).",
+    )
+    ongoing: bool | None = Field(
+        default=None,
+        description="The run is running and the condition held recently enough that the "
+        "incident is still open (incidents only; null with raw=true).",
+    )
+    episode: int | None = Field(
+        default=None,
+        description="The onset step of the first incident of its episode: incidents that "
+        "start within 10 steps of each other are one episode (incidents only).",
     )
 
 

@@ -1,6 +1,6 @@
 """Trainer side: hooks, PlatformCallback, detectors and adapters (no server imports).
 
-Importing this package needs only the standard library and orjson: no torch,
+Importing this package needs only the standard library, orjson and platformdirs: no torch,
 no FastAPI, no SQLAlchemy. The Hugging Face and verl adapters live in
 `training_platform.callbacks.integrations` and import their library there.
 """

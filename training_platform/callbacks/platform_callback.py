@@ -36,7 +36,7 @@ from training_platform.callbacks.base import (
 )
 from training_platform.callbacks.detectors.config import AnomalyConfig
 from training_platform.callbacks.detectors.monitor import AnomalyMonitor
-from training_platform.callbacks.wire.line_file import default_output_dir
+from training_platform.callbacks.wire.locations import default_output_dir, ensure_metrics_dir
 from training_platform.callbacks.wire.run_file import (
     RUN_SUFFIX,
     RunInfo,
@@ -63,7 +63,8 @@ class PlatformCallback(Callback):
 
     Args:
         job_id: the run's id (docs/contract.md §3; `InvalidJobIdError` otherwise).
-        output_dir: defaults to ``$PLATFORM_METRICS_DIR``, else ``./platform_metrics``.
+        output_dir: default ``$PLATFORM_METRICS_DIR``, else the user's data directory, which
+            the server watches too (wire/locations.py); created (or `MetricsDirError`).
         enable_anomaly_detection: run `AnomalyMonitor` on every record.
         kl_threshold, loss_patience: the two most-tuned detector settings; they
             override `anomaly_config` when changed from their defaults.
@@ -149,7 +150,7 @@ class PlatformCallback(Callback):
         )
         self._sink: InlineSink | ThreadSink | None = None
         if self.enabled:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
+            ensure_metrics_dir(self.output_dir)
             self.writer.set_status(status="pending")  # the job is visible before it starts
 
     # -- lifecycle ---------------------------------------------------------

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
-from training_platform.callbacks.platform_callback import default_output_dir
+from training_platform.callbacks.wire.locations import default_output_dir, ensure_metrics_dir
 from training_platform.demo.launcher import QUIET_ENVIRONMENT
 from training_platform.demo.trainer import DemoConfig, run_demo
+from training_platform.errors import MetricsDirError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -37,8 +38,9 @@ def demo_train(
         Path | None,
         typer.Option(
             "--output-dir",
-            help="Where to write the job's files (default: $PLATFORM_METRICS_DIR, "
-            "else ./platform_metrics).",
+            help="Where to write the job's files (default: $PLATFORM_METRICS_DIR, else the "
+            "user's data directory, ~/.local/share/training-platform/metrics on Linux, which "
+            "`training-platform serve` watches by default).",
         ),
     ] = None,
     steps: Annotated[int, typer.Option("--steps", min=1, help="GRPO steps to run.")] = 300,
@@ -131,6 +133,11 @@ def demo_train(
     for variable, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(variable, value)
     directory = output_dir if output_dir is not None else default_output_dir()
+    try:
+        ensure_metrics_dir(Path(directory))
+    except MetricsDirError as exc:  # one line, as `serve` says it, not a traceback
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     config = DemoConfig(
         steps=steps,
         seed=seed,

@@ -185,6 +185,7 @@ def upsert_anomalies(session: Session, rows: list[dict[str, Any]]) -> None:
             "severity": stmt.excluded.severity,
             "message": stmt.excluded.message,
             "evidence": stmt.excluded.evidence,
+            "end_step": stmt.excluded.end_step,
         },
     )
     unique = {(r["job_id"], r["step"], r["type"], r["source"]): r for r in rows}

@@ -30,6 +30,7 @@ _STATUS_KEYS: Final = ("job_id", *STATUS_FIELDS)
 _ANNOUNCED_KEYS: Final = ("status", "total_steps", "anomaly_detected", "anomaly_reason")
 _ANOMALY_KEYS: Final = (
     "step", "type", "severity", "message", "source", "sources", "created_at", "evidence",
+    "end_step",
 )  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 The trainer's callback may run the same detectors (`callbacks/detectors/monitor.py`), or
 not, or with other thresholds: the platform looks for itself and stores what
 it finds with ``source = "platform"`` (callback-reported anomalies keep
-``source = "callback"``), one row per (job, step, type, source).
+``source = "callback"``), one row per (job, step, type, source), each
+with the last step its condition held (`incident_extents.py`).
 
 Detectors are stateful (recent medians, best loss, cooldowns) and must see a
 job's records in step order. A job's `AnomalyMonitor` lives in memory; the
@@ -37,6 +38,7 @@ from training_platform.callbacks.detectors.config import AnomalyConfig
 from training_platform.callbacks.detectors.monitor import AnomalyMonitor
 from training_platform.history.metrics_query import list_metrics
 from training_platform.ingest.metrics_file import upsert_anomalies
+from training_platform.live.incident_extents import record_extents
 from training_platform.settings import Settings
 from training_platform.store.metric_rows import row_to_record
 from training_platform.store.models import Anomaly, TrainingMetric
@@ -118,9 +120,10 @@ class PlatformDiagnostics:
                 state.high = step if state.high is None else max(state.high, step)
                 for anomaly in state.monitor.check(record):
                     found.append({**anomaly, "job_id": job_id, "step": step})
-            if not found and not rediagnosed:
+            extents = state.monitor.extents(since=min(r["step"] for r in records))
+            if not found and not rediagnosed and not extents:
                 return []
-            return self._store(session, job_id, found, rediagnosed, now)
+            return self._store(session, job_id, found, rediagnosed, extents, now)
 
     def forget(self, job_id: str) -> None:
         with self._guard:
@@ -132,6 +135,7 @@ class PlatformDiagnostics:
         job_id: str,
         found: list[dict[str, Any]],
         rediagnosed: list[int],
+        extents: list[tuple[str, int, int]],
         now: float,
     ) -> list[dict[str, Any]]:
         for start in range(0, len(rediagnosed), 500):
@@ -151,6 +155,7 @@ class PlatformDiagnostics:
                 "message": anomaly["message"],
                 "source": SOURCE,
                 "created_at": now,
+                "end_step": anomaly["step"],
             }
             for anomaly in found
         ]
@@ -165,6 +170,7 @@ class PlatformDiagnostics:
             existing.update((step, kind) for step, kind in session.execute(query))
         if rows:
             upsert_anomalies(session, rows)
+        record_extents(session, job_id, SOURCE, extents)
         session.commit()
         new, seen = [], set(existing)
         for row in rows:

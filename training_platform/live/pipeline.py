@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from training_platform.history.metrics_query import merge_incidents
+from training_platform.history.incidents import merge_incidents
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.persister import CommittedBatch
 from training_platform.ingest.samples_file import SAMPLES

@@ -18,13 +18,17 @@ and the cooldowns), so feed one job's steps in order, one monitor per job.
 Optional fields may be absent or None and rewards NaN: a detector that needs
 what a step lacks (rewards, groups, lengths) stays silent for that step.
 
-Cooldown: a monitoring tool reports an incident, not every step of it. A
+Incidents: a monitoring tool reports an incident, not every step of it. A
 finding type fires when its condition starts; while the condition keeps
-recurring (seen again within `SampleDetectorConfig.cooldown` checked steps) it
-fires again at most once every `cooldown` checked steps, as a reminder that
-names the step it started at, or at once when it turns critical. Steps are
-counted in calls to `check` (steps that have samples), because trainers often
-log samples only every few steps.
+recurring it stays quiet, unless it turns critical (an escalation, which
+names the step the incident started at). It ends once its condition has
+been absent for `SampleDetectorConfig.cooldown` checked steps, or twice as
+long as it had lasted (`callbacks/detectors/findings.incident_quiet`, the
+rule of the metric detectors), so a truncation share hovering around its
+threshold for hundreds of steps is one incident. Steps are counted in calls
+to `check` (steps that have samples), because trainers often log samples
+only every few steps; `extents()` says, in training steps, how far each
+alert reaches.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from training_platform.callbacks.detectors.findings import incident_quiet
 from training_platform.live.sample_step import (
     CRITICAL,
     DEGENERATE_OUTPUT,
@@ -324,10 +329,14 @@ def _flat_groups(step: Step, config: SampleDetectorConfig) -> Found | None:
 @dataclass
 class _Incident:
     opened_step: int
+    opened_check: int
     severity: int
     last_seen: int
-    """The check count at which its condition last held."""
-    last_fired: int
+    """The check count at which its condition last held ..."""
+    last_step: int
+    """... and the training step of that check."""
+    alerted_step: int
+    """The step of its latest alert (its opening or an escalation)."""
 
 
 class SampleMonitor:
@@ -357,7 +366,7 @@ class SampleMonitor:
         findings = []
         for kind, found in self._detect(step).items():
             if found is None:
-                continue  # an incident ends by not being seen for `cooldown` checks
+                continue  # an incident ends by not being seen for a while (`_alert`)
             note = self._alert(kind, step.step, found.severity)
             if note is not None:
                 evidence = tuple(found.evidence[: self.config.max_evidence])
@@ -383,18 +392,26 @@ class SampleMonitor:
             found[NO_LEARNING_SIGNAL] = _flat_groups(step, config)
         return found
 
+    def extents(self) -> list[tuple[str, int, int]]:
+        """(type, step of its latest alert, last step its condition held) per incident."""
+        return [
+            (kind, incident.alerted_step, incident.last_step)
+            for kind, incident in self._incidents.items()
+        ]
+
     def _alert(self, kind: str, step: int, severity: str) -> str | None:
         """The note to append when this occurrence is reported ("" for a new
-        incident), or None while the cooldown keeps it quiet."""
-        rank, now = SEVERITY_RANK[severity], self._checks
+        incident), or None while it continues an open incident."""
+        rank, now, config = SEVERITY_RANK[severity], self._checks, self.config
         incident = self._incidents.get(kind)
-        if incident is None or now - incident.last_seen > self.config.cooldown:
-            self._incidents[kind] = _Incident(step, rank, now, now)
+        if incident is None or not 0 <= now - incident.last_seen <= incident_quiet(
+            incident.opened_check, incident.last_seen, config.cooldown, config.cooldown_max
+        ):
+            self._incidents[kind] = _Incident(step, now, rank, now, step, step)
             return ""
-        incident.last_seen = now
-        worse = rank > incident.severity
-        if not worse and now - incident.last_fired < self.config.cooldown:
+        incident.last_seen, incident.last_step = now, step
+        if rank <= incident.severity:
             return None
-        incident.last_fired = now
-        incident.severity = max(rank, incident.severity)
+        incident.severity = rank
+        incident.alerted_step = step
         return f" (ongoing since step {incident.opened_step})"

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.ingest.metrics_file import upsert_anomalies
+from training_platform.live.incident_extents import record_extents
 from training_platform.live.sample_detectors import SampleMonitor
 from training_platform.live.sample_step import SampleFinding
 from training_platform.store.models import Anomaly
@@ -52,15 +53,22 @@ class SampleDiagnostics:
         findings: list[SampleFinding] = []
         for step in sorted(by_step):
             findings += monitor.check(by_step[step])
-        if not findings:
+        since = min(by_step, default=0)
+        extents = [extent for extent in monitor.extents() if extent[2] >= since]
+        if not findings and not extents:
             return []
-        return self._store(job_id, findings)
+        return self._store(job_id, findings, extents)
 
     def forget(self, job_id: str) -> None:
         with self._guard:
             self._monitors.pop(job_id, None)
 
-    def _store(self, job_id: str, findings: list[SampleFinding]) -> list[dict[str, Any]]:
+    def _store(
+        self,
+        job_id: str,
+        findings: list[SampleFinding],
+        extents: list[tuple[str, int, int]],
+    ) -> list[dict[str, Any]]:
         now = self._clock()
         rows: list[dict[str, Any]] = [
             {
@@ -72,6 +80,7 @@ class SampleDiagnostics:
                 "source": SOURCE,
                 "created_at": now,
                 "evidence": list(finding.evidence),
+                "end_step": finding.step,
             }
             for finding in findings
         ]
@@ -87,7 +96,9 @@ class SampleDiagnostics:
                     )
                 )
             }
-            upsert_anomalies(session, rows)
+            if rows:
+                upsert_anomalies(session, rows)
+            record_extents(session, job_id, SOURCE, extents)
             session.commit()
         new: list[dict[str, Any]] = []
         seen = set(existing)

@@ -48,9 +48,11 @@ class SampleFinding:
 class SampleDetectorConfig:
     """Thresholds. Shares are of the step's samples unless said otherwise."""
 
-    cooldown: int = 10
-    """Checked steps (calls to `check`) between two reports of one ongoing
-    incident; an incident ends once its condition has been absent this long."""
+    cooldown: int = 20
+    """Checked steps (calls to `check`): an incident ends once its condition
+    has been absent this long, or twice as long as it had lasted ..."""
+    cooldown_max: int = 500
+    """... at most this long (`callbacks/detectors/findings.incident_quiet`)."""
     disabled: frozenset[str] = frozenset()
     """Finding types to skip, e.g. ``{"no_learning_signal"}``."""
     max_evidence: int = 20

@@ -227,6 +227,9 @@ class Anomaly(Base):
     # What shows it, when a detector can point at it: the sample indexes of
     # the step for a finding from samples.
     evidence: Mapped[list[Any] | None] = mapped_column(JSON)
+    # The last step its condition held before the incident ended or alerted
+    # again (the platform's detectors keep it; NULL: the step itself).
+    end_step: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class SyncState(Base):

@@ -18,12 +18,15 @@ from training_platform.callbacks.wire.schema import (
 )
 from training_platform.errors import InvalidParameterError
 from training_platform.history.history_page import history_page, page_body
-from training_platform.history.metrics_query import (
-    anomaly_page,
+from training_platform.history.incidents import (
     anomaly_row,
+    mark_episodes,
+    mark_ongoing,
     merge_incidents,
 )
+from training_platform.history.metrics_query import anomaly_page
 from training_platform.history.series.answer import downsampled_history
+from training_platform.store.models import Job
 
 router = APIRouter(prefix="/monitoring/{job_id}", tags=["monitoring"])
 
@@ -160,8 +163,12 @@ def anomalies(
 
     By default one incident per (step, type): an event both the callback and
     the platform found is listed once, with `sources` naming both (highest
-    severity, the callback's message). `raw=true` lists the stored per-source
-    rows. `source` filters the rows before they are merged.
+    severity, the callback's message). A detector alerts at an incident's
+    onset and again only if it escalates; `end_step` is the last step its
+    condition held, `ongoing` whether it may still be going on, and
+    `episode` groups incidents that started together (docs/metrics-api.md).
+    `raw=true` lists the stored per-source rows. `source` filters the rows
+    before they are merged.
 
     A page holds at most `limit` stored rows, and only whole steps, so an
     incident is never split across pages: when more remain, `next_start_step`
@@ -178,7 +185,18 @@ def anomalies(
         limit=limit,
     )
     found = [anomaly_row(row) for row in page.rows]
-    listed = found if raw else merge_incidents(found)
+    if raw:
+        listed = found
+    else:
+        job = session.get(Job, job_id)
+        latest = job.current_step if job is not None else None
+        if found:
+            stored = max(incident["end_step"] for incident in found)
+            latest = stored if latest is None else max(latest, stored)
+        running = job is not None and job.status == "running"
+        listed = mark_episodes(
+            mark_ongoing(merge_incidents(found), running=running, latest_step=latest)
+        )
     return AnomalyList(
         job_id=job_id,
         anomalies=[AnomalyOut.model_validate(a) for a in listed],

@@ -13,9 +13,14 @@ from dataclasses import dataclass, field
 class AnomalyConfig:
     """Detector thresholds. Steps are counted in records fed to the monitor."""
 
-    cooldown: int = 20
-    """An incident ends once its condition has been clear for this many steps;
-    until then the detector stays quiet, so a flapping condition is one alert ..."""
+    cooldown: int = 50
+    """An incident ends once its condition has been clear for this many steps,
+    or for twice as long as it has lasted, whichever is longer (at most
+    `cooldown_max`); until then the detector stays quiet, so a flapping
+    condition is one alert (50: the `window` of the recent medians, so spikes
+    that keep coming back faster than a baseline forgets them are one) ..."""
+    cooldown_max: int = 500
+    """The longest clear stretch an incident needs to end (`findings.incident_quiet`)."""
     realert_factor: float = 10.0
     """... unless it gets more severe, or a value lands this many times further
     from its baseline (e.g. the recent median) than the one last alerted."""
@@ -66,6 +71,9 @@ class AnomalyConfig:
     """`entropy_collapse`: policy entropy (nats) below this ..."""
     entropy_drop_fraction: float = 0.9
     """... or below (1 - this) times its early level."""
+    entropy_recovery_fraction: float = 0.5
+    """... and, once collapsed, it has recovered only above this times its early
+    level (until then the incident stays open)."""
     entropy_baseline_steps: int = 10
     """Records whose median entropy is the early level."""
 

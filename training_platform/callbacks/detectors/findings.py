@@ -73,11 +73,28 @@ class Finding(NamedTuple):
     `realert_factor` times further than the one last alerted alerts again."""
 
 
+def incident_quiet(opened_at: int, last_seen: int, cooldown: int, longest: int) -> int:
+    """How long an incident's condition must stay clear before the incident ends.
+
+    Twice as long as the incident has lasted so far, at least `cooldown` and
+    at most `longest`: a condition that keeps coming back over hundreds of
+    steps (gradient spikes every 40 steps once a policy has blown up, an
+    entropy hovering around its threshold) is one incident, not a new one
+    whenever a rolling baseline forgets the fault; a one-off ends after
+    `cooldown`. A `cooldown` of 0 or less turns incidents off (every finding
+    is an alert). The same rule ends incidents on both sides, and in the
+    API's view of stored rows (`history/incidents.py`).
+    """
+    if cooldown <= 0:
+        return cooldown
+    return max(cooldown, min(2 * (last_seen - opened_at), longest))
+
+
 class _Incident:
-    __slots__ = ("distance", "last_seen", "opened_at", "severity")
+    __slots__ = ("alerted_at", "distance", "last_seen", "opened_at", "severity")
 
     def __init__(self, step: int, severity: int, distance: float | None) -> None:
-        self.opened_at = self.last_seen = step
+        self.opened_at = self.last_seen = self.alerted_at = step
         self.severity = severity
         self.distance = distance
 
@@ -101,6 +118,24 @@ class Detector:
         found = self.evaluate(step, record)
         return None if found is None else self.alert(step, found)
 
+    def ongoing(self, step: int, subject: str = "") -> bool:
+        """Whether `subject`'s incident is still open at `step` (its condition was
+        seen recently enough, by `incident_quiet`)."""
+        incident = self._incidents.get(subject)
+        return incident is not None and self._continues(incident, step)
+
+    def extents(self) -> list[tuple[int, int]]:
+        """(step of the latest alert, last step its condition was seen) per incident,
+        open or ended: how far each stored alert row reaches."""
+        return [(incident.alerted_at, incident.last_seen) for incident in self._incidents.values()]
+
+    def _continues(self, incident: _Incident, step: int) -> bool:
+        config = self.config
+        quiet = incident_quiet(
+            incident.opened_at, incident.last_seen, config.cooldown, config.cooldown_max
+        )
+        return 0 <= step - incident.last_seen <= quiet
+
     def alert(self, step: int, found: Finding | list[Finding]) -> Anomaly | None:
         """The alert `found` (this step's findings) raises, else None.
 
@@ -108,8 +143,9 @@ class Detector:
         found: the quiet path of a record is one call per detector.
 
         An incident (per subject) lasts while its condition keeps recurring
-        within `cooldown` steps: a value hovering around a threshold is one
-        incident, not one alert per crossing. It alerts again when it gets
+        within `incident_quiet` steps (`cooldown`, growing with the incident's
+        age): a value hovering around a threshold is one incident, not one
+        alert per crossing. It alerts again when it gets
         more severe, or when a value lands `realert_factor` times further
         from the baseline than the one last alerted (a grad norm of 1309
         after a 6.4 warning, both over a median of 0.2). Several subjects
@@ -129,7 +165,7 @@ class Detector:
     def _alert(self, step: int, finding: Finding) -> tuple[str, str] | None:
         rank = SEVERITY_RANK[finding.severity]
         incident = self._incidents.get(finding.subject)
-        if incident is None or not 0 <= step - incident.last_seen <= self.config.cooldown:
+        if incident is None or not self._continues(incident, step):
             self._incidents[finding.subject] = _Incident(step, rank, finding.distance)
             return finding.severity, finding.message
         incident.last_seen = step
@@ -150,6 +186,7 @@ class Detector:
                 f" opened at step {incident.opened_at})"
             )
         incident.severity = max(rank, incident.severity)
+        incident.alerted_at = step
         if finding.distance is not None:
             incident.distance = finding.distance
         return finding.severity, message

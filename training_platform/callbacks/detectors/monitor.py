@@ -8,7 +8,8 @@ entropy). It works from records alone, so the platform can replay stored runs
 through the same code, and tolerates missing groups, ``None`` and NaN values.
 
 One incident is one alert: once a detector fires it stays quiet while its
-condition keeps recurring within `cooldown` steps, unless the incident gets
+condition keeps recurring (within `cooldown` steps, or twice the incident's
+age: `findings.incident_quiet`), unless the incident gets
 worse: more severe (a KL spike that then crosses the hard threshold is
 reported again, as critical) or `realert_factor` times further from normal
 (a grad norm of 1309 one step after a 6.4 warning, over a median of 0.2).
@@ -148,6 +149,16 @@ class AnomalyMonitor:
             return
         if anomaly is not None:
             found.append(anomaly)
+
+    def extents(self, since: int | None = None) -> list[tuple[str, int, int]]:
+        """(type, step of the alert, last step its condition held) for each incident
+        whose condition held at `since` or later (every incident when None)."""
+        return [
+            (detector.type, alerted_at, last_seen)
+            for detector in self.detectors
+            for alerted_at, last_seen in detector.extents()
+            if since is None or last_seen >= since
+        ]
 
     def reset(self) -> None:
         """Forget all history (e.g. before replaying a run from its first record)."""

@@ -174,7 +174,14 @@ class GradientExplosionDetector(Detector):
 
 
 class EntropyCollapseDetector(Detector):
-    """Policy entropy below a floor, or down by `entropy_drop_fraction` of its early level."""
+    """Policy entropy below a floor, or down by `entropy_drop_fraction` of its early level.
+
+    With hysteresis: once collapsed, entropy must climb back above
+    `entropy_recovery_fraction` of its early level (or the floor, whichever
+    is higher) before the incident can end. An entropy that fell from 2.7
+    to 0.1 and then hovers around the alarm line at 0.3-0.6 has not
+    recovered: one incident, not one per crossing.
+    """
 
     type = "entropy_collapse"
 
@@ -183,8 +190,11 @@ class EntropyCollapseDetector(Detector):
         self._early: list[float] = []
         self._baseline: float | None = None
         self._limit = -math.inf  # below this, entropy fell too far; set with the baseline
-        # Once the baseline is set: at least this, neither rule can hold.
+        self._recovered = -math.inf  # below this, a collapsed entropy has not recovered
+        # Once the baseline is set: at least this, neither rule can hold (and,
+        # while an incident is open, no recovery either).
         self._quiet_from = math.inf
+        self._alarm_from = math.inf  # `_quiet_from` while no incident is open
 
     def evaluate(self, step: int, record: Mapping[str, Any]) -> Finding | None:
         entropy = extra_number(record, ENTROPY_KEYS)
@@ -199,18 +209,32 @@ class EntropyCollapseDetector(Detector):
                 baseline = self._baseline = sorted(self._early)[len(self._early) // 2]
                 if baseline > 0:
                     self._limit = (1.0 - config.entropy_drop_fraction) * baseline
-                self._quiet_from = max(config.entropy_floor, self._limit)
+                    self._recovered = config.entropy_recovery_fraction * baseline
+                self._alarm_from = self._quiet_from = max(config.entropy_floor, self._limit)
         if entropy < config.entropy_floor:
-            return Finding("warning", f"entropy {entropy:.4g} < floor {config.entropy_floor:g}")
+            return self._collapsed(
+                Finding("warning", f"entropy {entropy:.4g} < floor {config.entropy_floor:g}")
+            )
         if entropy < self._limit:
             early = self._baseline
             assert early is not None
-            return Finding(
-                "warning",
-                f"entropy {entropy:.4g} fell {1 - entropy / early:.0%} below its "
-                f"early level {early:.4g}",
+            return self._collapsed(
+                Finding(
+                    "warning",
+                    f"entropy {entropy:.4g} fell {1 - entropy / early:.0%} below its "
+                    f"early level {early:.4g}",
+                )
             )
+        if self.ongoing(step):
+            # Between the alarm line and recovery: the open incident goes on
+            # (no alert: same severity, no distance).
+            return Finding("warning", f"entropy {entropy:.4g} has not recovered")
+        self._quiet_from = self._alarm_from  # the incident ended: back to the alarm line
         return None
+
+    def _collapsed(self, finding: Finding) -> Finding:
+        self._quiet_from = max(self._alarm_from, self._recovered)
+        return finding
 
 
 class RewardHackingDetector(Detector):

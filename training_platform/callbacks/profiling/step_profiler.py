@@ -4,8 +4,8 @@
 ``on_step_begin(step)`` / ``on_step_end(step) -> {group: {...}}``, the groups
 merged into that step's record::
 
-    profiler = StepProfiler("run7", "./platform_metrics", trace=TraceSchedule(wait=10))
-    callback = PlatformCallback("run7", "./platform_metrics", contributors=[profiler])
+    profiler = StepProfiler("run7", trace=TraceSchedule(wait=10))  # the default metrics dir
+    callback = PlatformCallback("run7", contributors=[profiler])
     profiler.mark_baseline()                 # after the model is loaded
     ...
     with profiler.stage("rollout"):
@@ -36,7 +36,7 @@ from training_platform.callbacks.profiling.stage_timer import Stage, StageStats,
 from training_platform.callbacks.profiling.stats import finite_or_none
 from training_platform.callbacks.profiling.summary import MemoryHistory, device_info
 from training_platform.callbacks.profiling.torch_trace import TorchTraceRecorder, TraceSchedule
-from training_platform.callbacks.wire.line_file import default_output_dir
+from training_platform.callbacks.wire.locations import default_output_dir
 from training_platform.callbacks.wire.schema import validate_job_id
 
 __all__ = ["StageTimer", "StepProfiler", "ThroughputMeter", "TraceSchedule", "profile_dir"]

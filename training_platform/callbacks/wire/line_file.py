@@ -18,11 +18,6 @@ from typing import Any
 import orjson
 
 
-def default_output_dir() -> Path:
-    """``$PLATFORM_METRICS_DIR``, else ``./platform_metrics`` (docs/contract.md §1)."""
-    return Path(os.environ.get("PLATFORM_METRICS_DIR") or "./platform_metrics")
-
-
 class LineFile:
     """An append-only JSONL file: lines gathered, then handed to the OS in one write."""
 

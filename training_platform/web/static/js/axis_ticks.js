@@ -121,3 +121,29 @@ export function axisSize(labels, measure = estimateWidth) {
   }
   return Math.max(40, Math.ceil(widest) + 10 + 5 + 8);
 }
+
+/**
+ * What a log axis can draw of `groups` (each a list of value arrays aligned on x:
+ * one thing drawn, e.g. a line with its min and max): values <= 0 become gaps.
+ * `dropped` counts the points of each group that lost a value (a bucket whose
+ * minimum is <= 0 loses the bottom of its band: one point).
+ */
+export function dropNonPositive(groups) {
+  let dropped = 0;
+  const kept = groups.map((group) => {
+    const hit = new Set();
+    const values = group.map((column) => column.map((value, i) => {
+      if (value === null || value === undefined || value > 0) return value;
+      hit.add(i);
+      return null;
+    }));
+    dropped += hit.size;
+    return values;
+  });
+  return { groups: kept, dropped };
+}
+
+/** The line under a log chart that left points out, or null when none was. */
+export function logScaleNote(dropped) {
+  return dropped ? `Log scale: values ≤ 0 at ${dropped.toLocaleString("en-US")} points are not drawn.` : null;
+}

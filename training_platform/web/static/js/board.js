@@ -7,6 +7,7 @@ import {
 } from "./chart_specs.js";
 import { MetricChart } from "./charts.js";
 import { frameThrottle, h } from "./format.js";
+import { MetricPicker } from "./metric_picker.js";
 
 export class ChartBoard {
   /**
@@ -46,12 +47,11 @@ export class ChartBoard {
       "aria-label": "Smoothing", oninput: () => this.setSmoothing(Number(this.slider.value)),
     });
     this.sliderValue = h("output", {}, this.weight.toFixed(2));
-    this.picker = h("select", { "aria-label": "Series to add as a chart", class: "series-picker" });
+    this.picker = new MetricPicker({ onPick: (key) => this.addPicked(key) });
     this.controls = h("div", { class: "board-controls" },
       h("label", { class: "control", title: "Exponential moving average of the mean line, as TensorBoard draws it; the band keeps the raw min/max" },
         "Smoothing ", this.slider, this.sliderValue),
-      h("span", { class: "control" }, this.picker,
-        h("button", { onclick: () => this.addPicked() }, "Add chart")),
+      this.picker.root,
       h("label", { class: "control", title: "What the charts' x axis measures (remembered in this browser)" },
         "x axis ", h("select", {
           class: "x-axis-picker", "aria-label": "x axis",
@@ -119,25 +119,23 @@ export class ChartBoard {
     this.redraw();
   }
 
-  /** Offer every series no chart shows yet (extras, unknown groups). */
+  /** Offer every series no chart shows yet (extras, unknown groups), by group. */
   refreshPicker() {
     const shown = new Set(this.claimed);
     for (const id of this.charts.keys()) if (id.startsWith("custom:")) shown.add(id.slice(7));
     const options = this.columns.keys()
-      .filter((key) => !shown.has(key) && !key.startsWith("timing."))
+      .filter((key) => !shown.has(key))
       .sort();
-    const current = [...this.picker.options].map((o) => o.value).join("\n");
-    if (current === options.join("\n")) return;
-    this.picker.replaceChildren(...options.map((key) => h("option", { value: key }, key)));
-    this.picker.disabled = options.length === 0;
+    this.picker.setKeys(options);
   }
 
-  addPicked() {
-    const key = this.picker.value;
-    if (!key) return;
-    this.addChart(customSpec(key));
+  addPicked(key) {
+    const spec = customSpec(key);
+    this.addChart(spec);
     this.saveCustom();
     this.refreshPicker();
+    // It lands in "More metrics", below the fold: bring it into view.
+    this.charts.get(spec.id).root.scrollIntoView({ block: "nearest" });
   }
 
   removeCustom(id) {

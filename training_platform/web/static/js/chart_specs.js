@@ -70,10 +70,45 @@ export function claimedKeys(spec) {
   return keys;
 }
 
+// --- Series names as a reader reads them --------------------------------------------
+
+// The record's groups (docs/contract.md) in the order the picker lists them; any
+// other group (a trainer's own) comes after these, by name.
+export const GROUP_TITLES = {
+  loss: "Loss", reward: "Reward", kl: "KL", gradient: "Gradient",
+  performance: "Performance", timing: "Timing", extra: "Extra",
+};
+
+/** The group of a series key: what comes before its first dot ("" when none). */
+export function groupOf(key) {
+  const dot = key.indexOf(".");
+  return dot < 0 ? "" : key.slice(0, dot);
+}
+
+export function groupTitle(group) {
+  return GROUP_TITLES[group] ?? (group || "Other");
+}
+
+/**
+ * A series key as a chart title: the fixed chart's own title where one chart shows
+ * just this series ("Step time (s)"), else its group and field in words
+ * ("reward.mean" → "Reward: mean", "loss.actor_loss" → "Loss: actor loss");
+ * `extra.*` fields are named by the trainer already ("actor/entropy").
+ */
+export function seriesTitle(key) {
+  const fixed = CHARTS.find((spec) => (spec.pick ? spec.pick.includes(key)
+    : spec.lines && spec.lines.length === 1 && !spec.band && spec.lines[0].key === key));
+  if (fixed) return fixed.title;
+  const group = groupOf(key);
+  if (!group) return key;
+  const field = key.slice(group.length + 1).replace(/_/g, " ");
+  return group === "extra" ? field : `${groupTitle(group)}: ${field}`;
+}
+
 /** A chart spec for one series the user added ("any extra metric can be a chart"). */
 export function customSpec(key) {
   return {
-    id: `custom:${key}`, section: "custom", title: key, custom: true,
+    id: `custom:${key}`, section: "custom", title: seriesTitle(key), key, custom: true,
     lines: [{ key, label: key.split(".").slice(1).join(".") || key }],
   };
 }

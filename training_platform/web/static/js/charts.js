@@ -11,9 +11,11 @@
 // the points it holds; the x axis (steps or wall-clock time) is the board's.
 // A chart with no series in a run that has points folds away (`hidden`).
 
-import { axisSize, estimateWidth, logGridSplits, tickLabels } from "./axis_ticks.js";
+import { dropNonPositive, logScaleNote } from "./axis_ticks.js";
 import { logScaleWanted, resolveLines, setLogScaleWanted } from "./chart_specs.js";
+import { anomalyMarker, csvButton, downloadCsv, logToggle, yAxis, yScale } from "./chart_tools.js";
 import { fmtClock, fmtNumber, fmtStep, h } from "./format.js";
+import { incidentSpan } from "./incidents.js";
 import { stepOfPoint } from "./samples_logic.js";
 import { mapAlong, smooth, toCsv, wallClock } from "./series.js";
 
@@ -47,6 +49,7 @@ export class MetricChart {
     this.columns = null;
     this.anomalies = [];
     this.range = null;
+    this.runKeys = null;
     this.plot = null;
     this.signature = null;
     this.log = logScaleWanted(spec.id);
@@ -56,16 +59,8 @@ export class MetricChart {
     this.body = h("div", { class: "chart-body" });
     this.note = h("p", { class: "chart-note muted", hidden: true });
     this.empty = h("p", { class: "chart-empty muted" }, "No data for this chart yet.");
-    this.logButton = h("button", {
-      class: "chart-tool chart-log",
-      title: "Logarithmic y axis (values ≤ 0 cannot be drawn on it and are left out)",
-      "aria-pressed": String(this.log),
-      onclick: () => this.setLog(!this.log),
-    }, "log");
-    const csv = h("button", {
-      class: "chart-tool chart-csv", title: "Download the points of this chart as CSV",
-      onclick: () => this.downloadCsv(),
-    }, "CSV");
+    this.logButton = logToggle(this.log, () => this.setLog(!this.log));
+    const csv = csvButton(() => this.downloadCsv());
     const remove = spec.custom && ctx.onRemove
       ? h("button", { class: "chart-remove", title: "Remove this chart", onclick: () => ctx.onRemove(spec) }, "×")
       : null;
@@ -125,6 +120,24 @@ export class MetricChart {
     return this.xMode === "time" ? mapAlong(this.xs, this.columns.steps, x) : x;
   }
 
+  /**
+   * The series the run records at all (its whole history; null: not known). A chart
+   * with none of them is hidden from the start, not left saying "no data yet".
+   */
+  setRunKeys(keys) {
+    this.runKeys = keys;
+    if (this.columns) this.render();
+    else this.root.hidden = this.notInRun();
+  }
+
+  /** Whether the run, as a whole, has none of this chart's series (GPU memory on a CPU run). */
+  notInRun() {
+    if (!this.runKeys) return false;
+    const band = this.spec.band;
+    const hasBand = Boolean(band && this.runKeys.has(band.lower) && this.runKeys.has(band.upper));
+    return !hasBand && resolveLines(this.spec, this.runKeys).length === 0;
+  }
+
   render() {
     if (!this.columns) return;
     const keys = new Set(this.columns.keys());
@@ -136,7 +149,7 @@ export class MetricChart {
     this.root.classList.toggle("is-empty", !hasData);
     // The run has points but none for this chart (GPU memory on a CPU run): fold it
     // away rather than show an empty frame. Before the first point every chart waits.
-    this.root.hidden = this.columns.length > 0 && !hasData;
+    this.root.hidden = this.notInRun() || (this.columns.length > 0 && !hasData);
     if (!hasData) {
       if (this.plot) this.plot.destroy();
       this.plot = null;
@@ -215,23 +228,11 @@ export class MetricChart {
       }
     }
     if (!this.log) return [this.xs, ...groups.flat()];
-    // A log axis cannot place values <= 0: they become gaps, counted per point of
-    // each thing drawn (a bucket whose minimum is <= 0 loses the bottom of its band).
-    let dropped = 0;
-    const positive = groups.map((group) => {
-      const hit = new Set();
-      const kept = group.map((values) => values.map((value, i) => {
-        if (value === null || value === undefined || value > 0) return value;
-        hit.add(i);
-        return null;
-      }));
-      dropped += hit.size;
-      return kept;
-    });
-    if (dropped) {
-      notes.push(`Log scale: values ≤ 0 at ${dropped.toLocaleString("en-US")} points are not drawn.`);
-    }
-    return [this.xs, ...positive.flat()];
+    // A log axis cannot place values <= 0: they become gaps, counted per point.
+    const positive = dropNonPositive(groups);
+    const note = logScaleNote(positive.dropped);
+    if (note) notes.push(note);
+    return [this.xs, ...positive.groups.flat()];
   }
 
   showNote(notes) {
@@ -274,20 +275,10 @@ export class MetricChart {
       bands,
       legend: { show: false },
       // Wall-clock x values are Unix seconds (uPlot's default time unit).
-      scales: { x: { time }, y: this.log ? { distr: 3, log: 10 } : {} },
+      scales: { x: { time }, y: yScale(this.log) },
       axes: [
         { values: (u, ticks) => (time ? this.clockLabels(ticks) : ticks.map(fmtStep)), size: 30 },
-        // Labels like a plotting library's (axis_ticks.js), the axis as wide as its
-        // widest label; a log axis leaves some ticks unlabelled (null) and draws
-        // one grid line per decade where it spans several.
-        {
-          values: (u, ticks) => tickLabels(ticks, this.log),
-          size: (u, values) => axisSize(values, measureLabel),
-          ...(this.log ? {
-            grid: { filter: (u, splits) => logGridSplits(splits) },
-            ticks: { filter: (u, splits) => logGridSplits(splits) },
-          } : {}),
-        },
+        yAxis(this.log),
       ],
       cursor: {
         sync: { key: this.ctx.syncKey },
@@ -376,13 +367,7 @@ export class MetricChart {
 
   downloadCsv() {
     if (!this.columns || !this.lines) return;
-    const name = `${this.ctx.syncKey}_${this.spec.id}`.replace(/[^A-Za-z0-9_.-]+/g, "_");
-    const url = URL.createObjectURL(new Blob([this.csv()], { type: "text/csv" }));
-    const link = h("a", { href: url, download: `${name}.csv`, hidden: true });
-    document.body.append(link);
-    link.click();
-    link.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    downloadCsv(`${this.ctx.syncKey}_${this.spec.id}`, this.csv());
   }
 
   /** Legend: values at point `idx` (under the cursor), else at the latest point. */
@@ -407,10 +392,14 @@ export class MetricChart {
       const high = columns.cols.get(this.band.upper).max[i];
       items.push(h("span", { class: "legend-item" }, `${this.band.label} ${fmtNumber(low)} … ${fmtNumber(high)}`));
     }
-    for (const anomaly of this.anomalies) {
-      if (anomaly.step >= lo && anomaly.step <= hi) {
-        const text = `⚠ ${anomaly.type}: ${anomaly.message}`;
-        items.push(h("span", { class: `legend-anomaly severity-${anomaly.severity}`, title: text }, text));
+    // Only under the cursor: at rest the legend shows values, not the latest
+    // incident under every chart.
+    if (idx !== null && idx !== undefined) {
+      for (const anomaly of this.anomalies) {
+        if (anomaly.step >= lo && anomaly.step <= hi) {
+          const text = `⚠ ${anomaly.type}: ${anomaly.message}`;
+          items.push(h("span", { class: `legend-anomaly severity-${anomaly.severity}`, title: text }, text));
+        }
       }
     }
     this.legend.replaceChildren(...items);
@@ -430,14 +419,21 @@ export class MetricChart {
       if (nodes.length >= MAX_MARKERS) break;
       // Off the data, a wall-clock position would be a guess: leave it out.
       if (this.xMode === "time" && (anomaly.step < first || anomaly.step > last)) continue;
-      const x = this.toX(anomaly.step);
-      if (x < min || x > max) continue;
-      nodes.push(h("div", {
-        class: `marker anomaly-marker severity-${anomaly.severity}`,
-        style: `left:${px(x)}`,
-        title: `step ${fmtStep(anomaly.step)} · ${anomaly.severity} · ${anomaly.type}: ${anomaly.message}`,
-        dataset: { step: anomaly.step, type: anomaly.type },
-      }));
+      const [start, end] = incidentSpan(anomaly, last);
+      const x0 = this.toX(start);
+      const x1 = this.toX(end);
+      if (x1 < min || x0 > max) continue;
+      if (end > start) {
+        // A shaded band from onset to end (open while it lasts); one marker at onset.
+        const left = u.valToPos(Math.max(x0, min), "x");
+        const right = u.valToPos(Math.min(x1, max), "x");
+        nodes.push(h("div", {
+          class: `incident-band severity-${anomaly.severity}${anomaly.ongoing ? " ongoing" : ""}`,
+          style: `left:${left.toFixed(1)}px;width:${Math.max(1, right - left).toFixed(1)}px`,
+          dataset: { step: anomaly.step, end: end, type: anomaly.type },
+        }));
+      }
+      if (x0 >= min) nodes.push(anomalyMarker(anomaly, u.valToPos(x0, "x")));
     }
     for (let i = 0; i < columns.length && nodes.length < MAX_MARKERS; i += 1) {
       const step = columns.steps[i];
@@ -465,17 +461,6 @@ export class MetricChart {
     }
     this.markers.replaceChildren(...nodes);
   }
-}
-
-// The y axis's labels measured in uPlot's axis font (an estimate without a canvas).
-const AXIS_FONT = '12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif';
-let measureContext;
-function measureLabel(text) {
-  if (measureContext === undefined) {
-    measureContext = document.createElement("canvas").getContext("2d") || null;
-    if (measureContext) measureContext.font = AXIS_FONT;
-  }
-  return measureContext ? measureContext.measureText(text).width : estimateWidth(text);
 }
 
 /** Whether a series has any value or non-finite mark in the points held. */

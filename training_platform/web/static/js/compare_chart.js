@@ -7,7 +7,15 @@
 // bands are drawn first, then all the lines, so no run's band hides another's line.
 // The legend under the plot names each run with its value at the x under the cursor
 // (each run's nearest point, compare_logic.js), or its latest value.
+//
+// The header has the run page's controls (chart_tools.js): a log y axis (remembered
+// per metric, as `compare:<key>`), a CSV of what the chart shows, and each run's
+// anomalies as markers coloured by severity, with the run's colour on the flag.
 
+import { dropNonPositive, logScaleNote } from "./axis_ticks.js";
+import { logScaleWanted, seriesTitle, setLogScaleWanted } from "./chart_specs.js";
+import { anomalyMarker, csvButton, downloadCsv, logToggle, yAxis, yScale } from "./chart_tools.js";
+import { anomalyXs, compareCsv } from "./compare_controls.js";
 import {
   fmtCount, fmtDuration, lastPoint, mergeRuns, nearestPoint,
 } from "./compare_logic.js";
@@ -25,6 +33,7 @@ try {
 }
 
 const HEIGHT = 230;
+const MAX_MARKERS = 300; // per chart, all runs together
 const X_LABELS = { step: "step", time: "time since start", tokens: "tokens" };
 
 /** An x value as the axis and legend write it. */
@@ -38,6 +47,7 @@ export class CompareChart {
   /**
    * @param key  the series ("group.field")
    * @param ctx  {syncKey, xMode(): "step" | "time" | "tokens", smoothed(): boolean,
+   *              anomalies(jobId): [{step, severity, type, message, ...}],
    *              onZoom(lo, hi), onReset(), onRemove(key)}
    */
   constructor(key, ctx) {
@@ -48,14 +58,19 @@ export class CompareChart {
     this.plot = null;
     this.signature = null;
     this.range = null;
+    this.log = logScaleWanted(`compare:${key}`);
+    this.logButton = logToggle(this.log, () => this.setLog(!this.log));
     this.body = h("div", { class: "chart-body" });
     this.legend = h("div", { class: "cmp-legend" });
     this.note = h("p", { class: "chart-note muted", hidden: true });
+    this.notes = { absent: null, log: null };
     this.empty = h("p", { class: "chart-empty muted", hidden: true }, "No run has values of this metric.");
     this.root = h("section", { class: "chart cmp-chart", "data-key": key },
-      h("header", { class: "chart-head" }, h("h3", { title: key }, key),
-        h("button", { class: "chart-remove", title: "Remove this chart", "aria-label": `Remove chart ${key}`,
-          onclick: () => ctx.onRemove(key) }, "×")),
+      h("header", { class: "chart-head" },
+        h("h3", { title: key }, seriesTitle(key), " ", h("span", { class: "chart-key muted" }, key)),
+        h("span", { class: "chart-tools" }, this.logButton, csvButton(() => this.downloadCsv()),
+          h("button", { class: "chart-remove", title: "Remove this chart", "aria-label": `Remove chart ${key}`,
+            onclick: () => ctx.onRemove(key) }, "×"))),
       this.body, this.legend, this.note, this.empty);
     this.root.chart = this; // lets tests (and a curious console) reach the plot
     this.resizer = new ResizeObserver(() => this.fit());
@@ -73,9 +88,8 @@ export class CompareChart {
     this.runs = runs;
     this.merged = mergeRuns(runs, this.key);
     const absent = runs.filter((run, r) => !this.merged.perRun[r].present.length);
-    this.note.textContent = absent.length
-      ? `Not logged by ${absent.map((run) => run.label).join(", ")}.` : "";
-    this.note.hidden = !absent.length;
+    this.notes = { absent: absent.length ? `Not logged by ${absent.map((run) => run.label).join(", ")}.` : null, log: null };
+    this.showNote();
     const hasData = this.merged.xs.length > 0;
     this.empty.hidden = hasData;
     if (!hasData || !uPlot) {
@@ -88,12 +102,15 @@ export class CompareChart {
       return;
     }
     const data = this.data();
-    const signature = [this.ctx.xMode(), ...runs.map((run) => `${run.jobId}:${run.color}`)].join("|");
+    const signature = [this.ctx.xMode(), this.log ? "log" : "linear",
+      ...runs.map((run) => `${run.jobId}:${run.color}`)].join("|");
     if (signature !== this.signature || !this.plot) {
       if (this.plot) this.plot.destroy();
       this.body.replaceChildren();
       this.signature = signature;
       this.plot = new uPlot(this.options(), data, this.body);
+      this.markers = h("div", { class: "markers" });
+      this.plot.over.append(this.markers);
       if (this.range) this.setRange(this.range);
     } else {
       this.plot.setData(data, !this.range);
@@ -102,10 +119,70 @@ export class CompareChart {
     this.showLegend(null);
   }
 
-  /** uPlot's data: x, then every run's min and max (the bands), then every run's line. */
+  /**
+   * uPlot's data: x, then every run's min and max (the bands), then every run's
+   * line; on a log axis without the values <= 0 (the line under the chart says how many).
+   */
   data() {
-    const { xs, perRun } = this.merged;
-    return [xs, ...perRun.flatMap((run) => [run.min, run.max]), ...perRun.map((run) => run.line)];
+    const { xs } = this.merged;
+    let groups = this.merged.perRun.map((run) => [run.line, run.min, run.max]);
+    let note = null;
+    if (this.log) {
+      const positive = dropNonPositive(groups);
+      groups = positive.groups;
+      note = logScaleNote(positive.dropped);
+    }
+    this.notes.log = note;
+    this.showNote();
+    return [xs, ...groups.flatMap(([, min, max]) => [min, max]), ...groups.map(([line]) => line)];
+  }
+
+  showNote() {
+    const text = [this.notes.absent, this.notes.log].filter(Boolean).join(" ");
+    this.note.textContent = text;
+    this.note.hidden = !text;
+  }
+
+  setLog(on) {
+    this.log = on;
+    this.logButton.setAttribute("aria-pressed", String(on));
+    setLogScaleWanted(`compare:${this.key}`, on);
+    this.update(this.runs);
+  }
+
+  /** The CSV of what the chart shows (the zoomed x range only, when zoomed). */
+  csv() {
+    return compareCsv(this.merged, this.runs, {
+      mode: this.ctx.xMode(), smoothed: this.ctx.smoothed(), range: this.range,
+    });
+  }
+
+  downloadCsv() {
+    if (this.merged) downloadCsv(`compare_${this.key}`, this.csv());
+  }
+
+  /** Redraw the anomaly markers (the view learnt of new anomalies). */
+  showAnomalies() {
+    if (this.plot) this.placeMarkers();
+  }
+
+  /** Each run's anomalies in the visible x range, as markers over the plot. */
+  placeMarkers() {
+    const u = this.plot;
+    if (!u || !this.markers || !this.ctx.anomalies) return;
+    const { min, max } = u.scales.x;
+    const mode = this.ctx.xMode();
+    const nodes = [];
+    for (const run of this.runs) {
+      for (const { x, anomaly } of anomalyXs(run, this.ctx.anomalies(run.jobId), mode)) {
+        if (nodes.length >= MAX_MARKERS) break;
+        if (x < min || x > max) continue;
+        nodes.push(anomalyMarker(anomaly, u.valToPos(x, "x"), {
+          prefix: `${run.label} · `, style: `--run-color:${run.color}`, dataset: { job: run.jobId },
+        }));
+      }
+    }
+    this.markers.replaceChildren(...nodes);
   }
 
   options() {
@@ -127,10 +204,10 @@ export class CompareChart {
       series,
       bands,
       legend: { show: false },
-      scales: { x: { time: false } },
+      scales: { x: { time: false }, y: yScale(this.log) },
       axes: [
         { values: (u, ticks) => ticks.map((value) => fmtX(mode, value)), size: 30 },
-        { values: (u, ticks) => ticks.map((value) => fmtNumber(value)), size: 62 },
+        yAxis(this.log),
       ],
       cursor: {
         sync: { key: this.ctx.syncKey },
@@ -159,6 +236,7 @@ export class CompareChart {
           const off = u.cursor.left === null || u.cursor.left < 0 || idx === null || idx === undefined;
           this.showLegend(off ? null : u.data[0][idx]);
         }],
+        draw: [() => this.placeMarkers()],
       },
     };
   }

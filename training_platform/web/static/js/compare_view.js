@@ -18,7 +18,7 @@
 // shown with a button to take that run out; a link naming more runs than a comparison
 // holds keeps the first 20 and says so.
 
-import { ApiError, api, enc } from "./api.js";
+import { ApiError, allAnomalies, api, enc } from "./api.js";
 import { CompareChart } from "./compare_chart.js";
 import {
   MAX_RUNS, MAX_SMOOTHING, MAX_WINDOW, X_MODES, appendLive, chosenFields, clampSmoothing,
@@ -28,6 +28,7 @@ import {
 import { debounce, fmtStep, frameThrottle, h, statusBadge } from "./format.js";
 import { jobsHash, parseJobsState } from "./jobs_logic.js";
 import { LiveStream } from "./live.js";
+import { groupMetrics } from "./metric_groups.js";
 import { healthBadge, swatch } from "./run_labels.js";
 import { flattenRecord } from "./series.js";
 import { buildQuery } from "./url_state.js";
@@ -54,6 +55,7 @@ export class CompareView {
     this.runs = [];
     this.union = [];
     this.charts = new Map();
+    this.anomalies = new Map(); // job id → its anomalies (incidents), for the markers
     this.streams = [];
     this.loading = 0;
     this.stopped = false;
@@ -69,6 +71,7 @@ export class CompareView {
       syncKey: "compare",
       xMode: () => this.state.x,
       smoothed: () => Boolean(this.state.smoothing || this.state.window),
+      anomalies: (jobId) => this.anomalies.get(jobId) || [],
       onZoom: (lo, hi) => this.zoom([lo, hi]),
       onReset: () => this.zoom(null),
       onRemove: (key) => this.setFields(this.shownFields().filter((k) => k !== key)),
@@ -303,6 +306,7 @@ export class CompareView {
     this.drawCharts();
     if (this.range) this.zoom(this.range); // e.g. the smoothing changed: its detail again
     this.loadConfig(mine);
+    this.loadAnomalies(mine);
     this.startStreams();
   }
 
@@ -363,6 +367,22 @@ export class CompareView {
         "data-job": id, onclick: () => this.removeRun(id) }, `Remove ${id} from the comparison`))) : "",
       h("p", {}, h("button", { type: "button", onclick: () => this.load() }, "Try again")));
     this.errorBox.hidden = false;
+  }
+
+  /** Each run's stored anomalies, for the charts' markers (a run that fails shows none). */
+  async loadAnomalies(mine) {
+    const found = await Promise.all(this.runs.map((run) => allAnomalies(run.jobId).catch(() => [])));
+    if (mine !== this.loading || this.stopped) return;
+    this.anomalies = new Map(this.runs.map((run, i) => [run.jobId, found[i]]));
+    for (const chart of this.charts.values()) chart.showAnomalies();
+  }
+
+  /** A live `anomaly` message: one more marker, unless the run already has that incident. */
+  addAnomaly(run, anomaly) {
+    const known = this.anomalies.get(run.jobId) || [];
+    if (known.some((a) => a.step === anomaly.step && a.type === anomaly.type)) return;
+    this.anomalies.set(run.jobId, [...known, anomaly]);
+    for (const chart of this.charts.values()) chart.showAnomalies();
   }
 
   async loadConfig(mine) {
@@ -446,10 +466,15 @@ export class CompareView {
     const shown = new Set(fields);
     const options = this.union.filter((key) => !shown.has(key));
     // Rebuilt only when the offer changed (live records redraw often): the reader's
-    // choice in it stays while they reach for "Add chart".
-    if ([...this.picker.options].map((o) => o.value).join("\n") !== options.join("\n")) {
+    // choice in it stays while they reach for "Add chart". By group, as the run
+    // page's picker (metric_groups.js), after a prompt: nothing is chosen to start.
+    if (this.offered !== options.join("\n")) {
+      this.offered = options.join("\n");
       const chosen = this.picker.value;
-      this.picker.replaceChildren(...options.map((key) => h("option", { value: key, selected: key === chosen }, key)));
+      this.picker.replaceChildren(h("option", { value: "" }, options.length ? "choose a metric…" : "every metric has a chart"),
+        ...groupMetrics(options).map((group) => h("optgroup", { label: group.title },
+          group.items.map((item) => h("option", { value: item.key, selected: item.key === chosen, title: item.title },
+            item.key)))));
     }
     this.picker.disabled = options.length === 0;
   }
@@ -522,6 +547,7 @@ export class CompareView {
       case "anomaly": {
         const worse = SEVERITY_HEALTH[message.data.severity];
         if (worse === "critical" || (worse === "warning" && run.health === "ok")) run.health = worse;
+        this.addAnomaly(run, message.data);
         this.redrawRuns();
         break;
       }

@@ -104,3 +104,59 @@ export function metaPatch(job, form) {
   if (notes !== (job.notes ?? "")) body.notes = notes || null;
   return Object.keys(body).length ? body : null;
 }
+
+/**
+ * A run's progress figures, each named by where it comes from, so that figures shown
+ * side by side tell one story:
+ * - `trainer`: the step the trainer's status file says it is on (`current_step`);
+ * - `stored`: the step of the latest metric record stored (`latest_step`);
+ * - `records`: how many metric records are stored (`metrics_count`), fewer than the
+ *   steps when the trainer logs every few steps (normal);
+ * - `step`: the furthest step either source has reached: what the progress bar shows
+ *   (the status file and the metrics file are written and read at different times,
+ *   so either can be a step or two ahead of the other).
+ */
+export function progressFigures(job) {
+  const known = (value) => (Number.isInteger(value) && value >= 0 ? value : null);
+  const trainer = known(job.current_step);
+  const stored = known(job.latest_step);
+  const step = trainer === null ? stored : stored === null ? trainer : Math.max(trainer, stored);
+  const total = Number.isInteger(job.total_steps) && job.total_steps > 0 ? job.total_steps : null;
+  const records = Number.isInteger(job.metrics_count) ? job.metrics_count : 0;
+  return { step, total, trainer, stored, records };
+}
+
+const count = (n) => n.toLocaleString("en-US");
+
+/** "81 records, up to step 110", "1 record, at step 0", "no records stored yet". */
+export function storedText({ records, stored }) {
+  if (!records || stored === null) return "no records stored yet";
+  return records === 1 ? `1 record, at step ${count(stored)}` : `${count(records)} records, up to step ${count(stored)}`;
+}
+
+/** Whether fewer records are stored than steps 0..latest: some steps were not logged. */
+export function sparseRecords({ records, stored }) {
+  return stored !== null && records > 0 && records < stored + 1;
+}
+
+/** The progress bar's tooltip: what its step is, and what each source says. */
+export function progressTitle(figures, status = null) {
+  const { step, total, trainer, stored } = figures;
+  const lines = [];
+  if (step === null) lines.push("No step known yet.");
+  else if (status === "completed" && total) lines.push(`Completed: ${count(total)} steps.`);
+  else lines.push(total ? `Step ${count(step)} of ${count(total)}: the furthest step known.` : `Step ${count(step)}: the furthest step known.`);
+  lines.push(trainer === null ? "Trainer's status file: no step." : `Trainer's status file: step ${count(trainer)}.`);
+  lines.push(stored === null ? "Stored metrics: none yet." : `Latest stored record: step ${count(stored)}.`);
+  return lines.join("\n");
+}
+
+/** The stored-records figure's tooltip. */
+export function storedTitle(figures) {
+  const base = figures.records
+    ? `${count(figures.records)} metric record${figures.records === 1 ? "" : "s"} stored, the latest at step ${count(figures.stored ?? 0)}.`
+    : "No metric records stored yet.";
+  return sparseRecords(figures)
+    ? `${base} Fewer records than steps is normal: a trainer that logs every few steps stores one record per logged step.`
+    : base;
+}

@@ -16,11 +16,12 @@
 
 import { ApiError, api, enc } from "./api.js";
 import { MAX_RUNS, compareHash } from "./compare_logic.js";
-import { debounce, fmtAgo, fmtStep, fmtTime, h, progressBar, statusBadge } from "./format.js";
+import { debounce, fmtAgo, fmtTime, h, statusBadge } from "./format.js";
 import {
   HEALTHS, STATUSES, filtersActive, groupByProject, jobsApiFilters, jobsHash, parseJobsState,
-  parseTags, toggleSelection,
+  parseTags, progressFigures, storedText, storedTitle, toggleSelection,
 } from "./jobs_logic.js";
+import { progressCell } from "./panels.js";
 import { RunMetaEditor } from "./run_meta_editor.js";
 import { healthBadge, tagChips } from "./run_labels.js";
 
@@ -28,6 +29,10 @@ const REFRESH_MS = 2000;
 const PAGE = 100; // jobs per "more"
 const MAX_PAGE = 500; // the most one GET /api/jobs answers
 const COLUMNS = 11;
+const HEADER_TITLES = {
+  progress: "The furthest step known (the trainer's status file or the latest stored record) of the total",
+  "stored metrics": "Metric records stored and the step of the latest: fewer records than steps is normal when the trainer logs every few steps",
+};
 
 export class JobsView {
   constructor(root, setConnection, query = "") {
@@ -68,8 +73,8 @@ export class JobsView {
       this.filters,
       this.selectionBar,
       h("table", { class: "jobs" },
-        h("thead", {}, h("tr", {}, ["", "job", "status", "health", "progress", "latest step", "last update", "anomalies", "source", "", ""]
-          .map((title) => h("th", {}, title)))),
+        h("thead", {}, h("tr", {}, ["", "job", "status", "health", "progress", "stored metrics", "last update", "anomalies", "source", "", ""]
+          .map((title) => h("th", { title: HEADER_TITLES[title] ?? null }, title)))),
         this.table),
       h("p", {}, this.more),
       this.dialog,
@@ -244,8 +249,8 @@ export class JobsView {
         job.notes ? h("span", { class: "job-notes muted", title: job.notes }, job.notes) : ""),
       h("td", {}, statusBadge(job.status)),
       h("td", {}, healthBadge(job.health)),
-      h("td", {}, progressBar(job.current_step ?? job.latest_step, job.total_steps, job.status)),
-      h("td", {}, fmtStep(job.latest_step)),
+      h("td", { class: "progress-td" }, progressCell(job)),
+      h("td", { class: "stored-cell", title: storedTitle(progressFigures(job)) }, storedText(progressFigures(job))),
       h("td", { title: fmtTime(job.updated_at) }, fmtAgo(job.updated_at ?? job.last_synced_at)),
       h("td", {}, anomalies),
       h("td", { class: "muted" }, source),

@@ -27,6 +27,7 @@ import { SamplesView } from "./samples_view.js";
 import { Columns } from "./series.js";
 
 const JOB_REFRESH_MS = 5000;
+const ANOMALY_REFRESH_MS = 30000; // how often the spans of ongoing incidents are read again
 
 /** How many points a chart can use: about one per device pixel of its width. */
 function pointBudget() {
@@ -143,6 +144,7 @@ export class RunView {
     this.samples.stop();
     this.profile.stop();
     for (const timer of this.timers) clearInterval(timer);
+    clearTimeout(this.anomalyRefresh);
     this.board.destroy();
     this.setConnection("idle");
   }
@@ -202,8 +204,31 @@ export class RunView {
   }
 
   async loadAnomalies() {
-    for (const anomaly of await allAnomalies(this.jobId)) this.addAnomaly(anomaly, false);
+    const listed = await allAnomalies(this.jobId);
+    this.anomalies = [];
+    this.incidents = new Map();
+    for (const anomaly of listed) this.addAnomaly(anomaly, false);
     this.showAnomalies();
+  }
+
+  /**
+   * Incidents announced live carry only their onset: how far they reach is the
+   * REST list's. While any is ongoing, the list is read again now and then (and
+   * once when the run ends), so bands end where their condition did.
+   */
+  scheduleAnomalyRefresh(delay = ANOMALY_REFRESH_MS) {
+    if (this.anomalyRefresh || this.stopped) return; // one pending at a time
+    this.anomalyRefresh = setTimeout(async () => {
+      this.anomalyRefresh = null;
+      try {
+        await this.loadAnomalies();
+      } catch {
+        // Transient: the next announcement or round tries again.
+      }
+      if (this.anomalies.some((a) => a.ongoing) && this.job?.status === "running") {
+        this.scheduleAnomalyRefresh();
+      }
+    }, delay);
   }
 
   /** One incident per (step, type): a second source of the same one is merged into it. */
@@ -284,13 +309,16 @@ export class RunView {
         if (this.job) this.showJob({ ...this.job, ...message.data });
         break;
       case "anomaly":
-        this.addAnomaly(message.data);
+        // Just found, on a running run: open until the list says how far it went.
+        this.addAnomaly({ ongoing: true, ...message.data });
+        this.scheduleAnomalyRefresh();
         break;
       case "samples":
         this.samples.onLive(message); // fetches on its own, batched: the records do not wait
         break;
       case "finished":
         if (this.job) this.showJob({ ...this.job, status: message.status });
+        if (this.anomalies.some((a) => a.ongoing)) this.scheduleAnomalyRefresh(0);
         break;
       case "error":
         showBanner(`Live stream: ${message.detail}`);

@@ -281,7 +281,8 @@ export function toCsv(columns, keys) {
   return `${lines.join("\r\n")}\r\n`;
 }
 
-function csvField(value) {
+/** One CSV field, quoted when it must be (RFC 4180). */
+export function csvField(value) {
   const text = String(value);
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
