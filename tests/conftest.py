@@ -94,10 +94,13 @@ SLOW_TESTS = frozenset(
         "test_the_demos_learning_rate_blow_up_is_caught_from_its_samples_within_5_steps",
         "test_demo_incidents.py::test_the_demos_blow_up_is_a_handful_of_lasting_incidents",
         "test_demo_incidents.py::test_a_healthy_demo_run_of_the_same_length_raises_no_incident",
+        "test_several_processes.py::"
+        "test_every_client_of_every_process_gets_every_step_once_in_order_through_a_kill",
         # ingest and history
         "test_persister.py::test_a_killed_sync_process_resumes_without_loss_or_duplicate",
         "test_persister.py::test_many_small_appends_arrive_in_order",
         "test_downsample.py::test_a_long_run_comes_back_as_exact_bucket_summaries",
+        "test_export.py::test_a_long_run_is_read_a_chunk_at_a_time_and_lazily",
         "test_migrations.py::test_migrate_command_upgrades_then_is_a_no_op",
         # API: real servers, many clients, timeouts waited out
         "test_slow_clients.py::test_sigterm_stops_the_server_promptly_with_stalled_clients_and_a_seek_flood",
@@ -109,6 +112,8 @@ SLOW_TESTS = frozenset(
         "test_artifact_safety.py::test_a_file_swapped_for_a_fifo_answers_promptly_and_pins_nothing",
         "test_artifact_safety.py::test_a_file_swapped_for_a_symlink_never_leaks_the_outside",
         "test_live_progress.py::test_progress_reaches_status_only_clients_coalesced_and_identical",
+        "test_export_api.py::test_a_client_that_disconnects_mid_export_stops_the_reading",
+        "test_notebook_example.py::test_the_notebook_example_plots_two_runs_and_their_final_mean",
     }
 )
 _BACKEND_NAMES = ("sqlite", "postgresql")

@@ -144,11 +144,13 @@ TRAINER_ROOMS: dict[str, set[str]] = {
     "detectors": {"wire", "base"},
     "writer": {"detectors", "wire", "base"},
     "profiling": {"wire", "base"},
-    "platform_callback": {"writer", "detectors", "wire", "base"},
+    "system": {"wire"},  # the host sampler and `sysmon`: psutil, NVML, the system file's name
+    "platform_callback": {"system", "writer", "detectors", "wire", "base"},
     "run": {"platform_callback", "base"},
     "trackers": {"profiling", "platform_callback", "wire", "base"},
     "integrations": {
-        "platform_callback", "run", "writer", "detectors", "wire", "base", "profiling", "trackers"
+        "platform_callback", "run", "writer", "detectors", "wire", "base", "profiling", "trackers",
+        "system",
     },
     "__init__": {
         "platform_callback", "run", "detectors", "base", "trackers", "profiling", "wire", "writer"

@@ -8,7 +8,10 @@ brings. The command line is typer, so it comes with the extras: `server` for
 `profile-inference`. The console script still exists on a trainer-only
 install (a wheel's scripts cannot depend on an extra), so it starts here,
 with the standard library only, and a command whose packages are missing is
-one line naming the install, never an ImportError's traceback.
+one line naming the install, never an ImportError's traceback. `sysmon` (a
+node's system metrics, for the hosts of a run that run no callback) is the
+trainer side's own command: it is handed its arguments here, with argparse,
+and never imports typer.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ import sys
 from collections.abc import Callable, Sequence
 
 PROG = "training-platform"
+# Commands of the trainer-side install: argparse, dispatched here before typer.
+TRAINER_COMMANDS = ("sysmon",)
 
 # What a command needs, as the extras that bring it (pyproject.toml).
 COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("server",),
     "migrate": ("server",),
     "sync": ("server",),
+    "export": ("server",),  # parquet also needs the export extra: the command says so
     "demo": ("server", "torch"),
     "demo-train": ("tools", "torch"),  # typer and torch; `demo` runs it with the server's typer
     "gpu-check": ("tools",),  # without torch it reports the host and says so
@@ -78,7 +84,8 @@ def missing_install(
         return (
             f"{PROG}'s commands need the server or tools install: "
             f"pip install '{PROG}[server]' (serve, migrate, sync, demo) "
-            f"or '{PROG}[tools]' (gpu-check, profile-report, profile-inference)"
+            f"or '{PROG}[tools]' (gpu-check, profile-report, profile-inference); "
+            f"this install runs `{PROG} sysmon`"
         )
     lacking = [
         (extra, module)
@@ -97,7 +104,12 @@ def missing_install(
 
 
 def main() -> None:
-    message = missing_install(sys.argv[1:])
+    argv = sys.argv[1:]
+    if command_of(argv) in TRAINER_COMMANDS:
+        from training_platform.callbacks.system.sysmon import main as sysmon
+
+        raise SystemExit(sysmon(argv[argv.index("sysmon") + 1 :]))
+    message = missing_install(argv)
     if message is not None:
         print(message, file=sys.stderr)
         raise SystemExit(1)

@@ -61,3 +61,8 @@ class HostKeyError(MetricsSourceError):
 class StorageError(PlatformError):
     """The database cannot store (or answer) right now: its disk is full, it cannot be
     reached, ... Nothing committed is lost and trying again later may work (HTTP: 503)."""
+
+
+class MissingExtraError(PlatformError):
+    """What was asked needs an optional package that is not installed (pyarrow for
+    Parquet, ...); the message names the extra to install (HTTP: 501)."""

@@ -18,6 +18,7 @@ from training_platform.ingest.polling import PollRule
 from training_platform.ingest.samples_file import SAMPLES
 from training_platform.ingest.stall import StallWatch
 from training_platform.ingest.sync_service import SyncService
+from training_platform.live.cluster_link import ClusterLink
 from training_platform.live.diagnostics import PlatformDiagnostics, anomaly_config
 from training_platform.live.hub import LiveHub
 from training_platform.live.pipeline import LivePipeline
@@ -36,6 +37,8 @@ class Services:
     def close(self) -> None:
         """Close the readers (SSH connections); the hub is stopped by its owner first."""
         self.sync.close()
+        if self.pipeline.cluster is not None:
+            self.pipeline.cluster.close()
 
 
 def build_services(
@@ -72,6 +75,17 @@ def build_services(
         webhook=webhook,
         status_interval=settings.live_status_interval,
     )
+    if factory.kw["bind"].dialect.name == "postgresql":
+        # Other server processes may share this database (docs/live.md, "Several
+        # processes"): announcements go through its outbox to all of them.
+        pipeline.cluster = ClusterLink(
+            factory,
+            settings.database_url,
+            render=pipeline.render,
+            drop_clients=pipeline.drop_clients,
+            watched=pipeline.watched_jobs,
+            retention=settings.live_outbox_retention,
+        )
     stall = StallWatch(
         factor=settings.stall_factor, min_seconds=settings.stall_min_seconds, clock=clock
     )

@@ -205,6 +205,14 @@ class Settings(BaseSettings):
         "clients; a change of status, total_steps or the anomaly flag or reason goes out at once. "
         "0 sends every change.",
     )
+    live_outbox_retention: float = Field(
+        default=600.0,
+        gt=0,
+        validation_alias="PLATFORM_LIVE_OUTBOX_RETENTION",
+        description="PostgreSQL, several server processes: seconds each live announcement "
+        "stays in the outbox for processes (and their clients) that lag behind; a process "
+        "further behind tells its clients to reconnect (they resume from their last step).",
+    )
     live_job_wait: float = Field(
         default=120.0,
         ge=0,

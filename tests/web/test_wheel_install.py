@@ -257,6 +257,30 @@ def test_the_trainer_install_runs_a_callback(trainer_only: Installed) -> None:
     assert "loaded: []" in result.stdout
     lines = (trainer_only.workdir / "out" / "lean-run_metrics.jsonl").read_bytes().splitlines()
     assert len(lines) == 3
+    # The system sampler ran too: psutil (and NVML, or its one warning) from the base install.
+    system = (trainer_only.workdir / "out" / "lean-run_system.jsonl").read_bytes().splitlines()
+    assert system and all(b'"memory"' in line for line in system)
+
+
+def test_sysmon_runs_on_the_trainer_install(trainer_only: Installed) -> None:
+    """No typer there: `sysmon` is handed its arguments by entry.py, with argparse."""
+    out = trainer_only.workdir / "sysmon"
+    command = [trainer_only.command("training-platform"), "sysmon", "lean-run"]
+    process = subprocess.Popen(
+        [*command, "--output-dir", str(out), "--interval", "0.05", "--host", "node 2"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=trainer_only.env,
+    )
+    path = out / "lean-run_system.node_2.jsonl"
+    deadline = time.monotonic() + 60
+    while not (path.exists() and path.read_bytes().count(b"\n") >= 2):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.terminate()
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert path.read_bytes().endswith(b"\n")
 
 
 def test_serve_on_the_trainer_install_names_the_server_install(trainer_only: Installed) -> None:

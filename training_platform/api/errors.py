@@ -22,6 +22,7 @@ from training_platform.errors import (
     JobConflictError,
     JobNotFoundError,
     MetricsSourceError,
+    MissingExtraError,
     PlatformError,
     RecordError,
     SourceRefusedError,
@@ -44,6 +45,7 @@ ERROR_STATUS: list[tuple[type[PlatformError], int, str]] = [
     (HostKeyError, 502, "ssh_host_key_rejected"),
     (MetricsSourceError, 503, "metrics_source_unavailable"),
     (StorageError, 503, "storage_unavailable"),
+    (MissingExtraError, 501, "extra_not_installed"),
 ]
 
 _HTTP_CODES = {
@@ -66,7 +68,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PlatformError)
     async def _platform_error(_request: Request, exc: PlatformError) -> JSONResponse:
         status, code = status_for(exc)
-        if status >= 500 and status != 502 and status != 503:
+        if status >= 500 and status not in (501, 502, 503):
             logger.error("unmapped platform error: %r", exc)
         return JSONResponse({"detail": str(exc), "code": code}, status_code=status)
 

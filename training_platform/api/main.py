@@ -23,6 +23,7 @@ from training_platform.api.routers import (
     artifacts,
     compare,
     dashboard,
+    export,
     jobs,
     live,
     monitoring,
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api.include_router(compare.router)
     api.include_router(monitoring.router)
     api.include_router(samples.router)
+    api.include_router(export.router)
     api.include_router(artifacts.router)
     api.include_router(profile_report.router)
     app.include_router(api)

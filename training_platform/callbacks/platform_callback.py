@@ -1,20 +1,18 @@
 """PlatformCallback: one JSON line per step plus an atomic status file (docs/contract.md §1),
-and generated samples on demand (`log_samples`: docs/trainer.md, Samples).
+generated samples on demand (`log_samples`: docs/trainer.md, Samples), and the host's
+system metrics from a thread of their own (callbacks/system/).
 
 The training thread only snapshots the step's metrics (numbers, not tensors a
-trainer may later mutate in place) and hands them to a `RecordWriter`. By
-default that writer runs on a background thread: building the record, running
-the detectors and encoding (their cost per step: docs/benchmarks.md,
-Callback) are then not paid by the training thread. Lines reach the OS as
-soon as the writer catches up (microseconds later), and the queue is drained
-on `on_train_end`, on `on_exception` and at interpreter exit. With
-``stop_on_anomaly=True`` the writer runs inline instead, so training stops at
-the very step that tripped a detector.
+trainer may later mutate in place) and hands them to a `RecordWriter`, by
+default on a background thread: building the record, the detectors and
+encoding (docs/benchmarks.md, Callback) are not paid by the training thread.
+The queue is drained on `on_train_end`, on `on_exception` and at interpreter
+exit. With ``stop_on_anomaly=True`` the writer runs inline instead, so
+training stops at the very step that tripped a detector.
 
-The status file never lags a hook: lifecycle transitions are written by the
-hook itself, and a step holding a NaN/Inf (or an explicit anomaly) waits for
-the writer, so both are on disk when the hook returns. Only per-step progress
-is left to the writer, every `status_interval` seconds. See docs/trainer.md.
+The status file never lags a hook: transitions are written by the hook, and a
+step holding a NaN/Inf (or an explicit anomaly) waits for the writer; only
+progress is left to the writer, every `status_interval` seconds (docs/trainer.md).
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from training_platform.callbacks.base import (
 )
 from training_platform.callbacks.detectors.config import AnomalyConfig
 from training_platform.callbacks.detectors.monitor import AnomalyMonitor
+from training_platform.callbacks.system import callback_sampler
 from training_platform.callbacks.wire.locations import default_output_dir, ensure_metrics_dir
 from training_platform.callbacks.wire.run_file import (
     RUN_SUFFIX,
@@ -71,23 +70,20 @@ class PlatformCallback(Callback):
         stop_on_anomaly: raise `StopTraining` from the step hook when an anomaly
             of at least `stop_severity` is found (adapters turn it into a clean stop).
         anomaly_config: every other detector threshold.
-        contributors: `StepContributor`s (e.g. the profiling kit) whose metrics
-            are merged into each step's record.
-        fsync: ``"end"`` (default: fsync at checkpoints and when the run ends),
-            ``"always"`` (each line), ``"never"``, or seconds between fsyncs.
-            Every line is flushed to the OS either way, so a crashed process
-            loses nothing it wrote; fsync only matters if the machine dies.
-        status_interval: seconds between status rewrites while running
-            (transitions and new anomalies are written at once).
-        background: write on a background thread; default: yes, unless
-            `stop_on_anomaly` (which needs each step checked before the next).
-        queue_size: steps the background writer may lag behind before the
-            training thread waits for it (no step is dropped; `log_samples`
-            calls past 8 waiting are dropped instead: callbacks/writer/sample_backlog.py).
-        max_samples_per_step: `log_samples` keeps at most this many per step
-            (whole groups when groups are given).
+        contributors: `StepContributor`s (the profiling kit) merged into each step's record.
+        fsync: ``"end"`` (default: at checkpoints and when the run ends), ``"always"``,
+            ``"never"``, or seconds between fsyncs. Every line reaches the OS either
+            way; fsync only matters if the machine dies.
+        status_interval: seconds between progress rewrites of the status file.
+        background: write on a thread; default: unless `stop_on_anomaly` (checked inline).
+        queue_size: steps the background writer may lag before the training thread waits
+            (no step is dropped; `log_samples` calls past 8 waiting are: sample_backlog.py).
+        max_samples_per_step: `log_samples` keeps at most this many per step (whole groups).
         enabled: default: only on global rank 0 (``$RANK`` unset or ``0``).
         project, name, tags, config: the run file, written at train begin (run_file.py).
+        system_metrics_interval: seconds between samples of this host into
+            ``{job_id}_system.jsonl`` (a thread of their own, tagged with the newest
+            step read from `_steps`: free for the training thread); 0: none.
         clock: time source for timestamps (tests inject one).
     """
 
@@ -114,6 +110,7 @@ class PlatformCallback(Callback):
         name: str | None = None,
         tags: Sequence[str] | str | None = None,
         config: Any = None,
+        system_metrics_interval: float = 10.0,
     ) -> None:
         self.job_id = validate_job_id(job_id)
         self.output_dir = Path(output_dir) if output_dir is not None else default_output_dir()
@@ -149,6 +146,7 @@ class PlatformCallback(Callback):
             samples_path=self.samples_path,
         )
         self._sink: InlineSink | ThreadSink | None = None
+        self._system = callback_sampler(self, system_metrics_interval, self._steps.newest_step)
         if self.enabled:
             ensure_metrics_dir(self.output_dir)
             self.writer.set_status(status="pending")  # the job is visible before it starts
@@ -384,6 +382,7 @@ class PlatformCallback(Callback):
                 else InlineSink(self.writer)
             )
             live_callbacks.add(self)
+            self._system.start()
         return self._sink
 
     def _finish(self, state: str, error: str | None = None) -> None:
@@ -391,6 +390,7 @@ class PlatformCallback(Callback):
         reader that sees "completed" finds every line already in the file."""
         self.state = state
         sink = self._sink if self._sink is not None else self._start()
+        self._system.stop()  # the run is over: no sample after its final status
         sink.submit(("fsync",))
         sink.drain()
         changes: dict[str, Any] = {"status": state}
@@ -402,6 +402,7 @@ class PlatformCallback(Callback):
         sink, self._sink = self._sink, None
         if sink is not None:
             sink.close()
+        self._system.stop()
         live_callbacks.discard(self)
 
     def close_at_exit(self) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -40,6 +41,8 @@ from training_platform.ingest.line_isolation import (
 )
 from training_platform.ingest.readers import MetricsReader, ReadBatch, ReadPosition
 from training_platform.store.database import dialect_insert
+from training_platform.store.live_outbox import ANNOUNCED_KINDS, append_outbox, is_shared
+from training_platform.store.metric_rows import record_nonfinite_as_strings
 from training_platform.store.models import Job, SyncState
 
 logger = logging.getLogger(__name__)
@@ -85,6 +88,9 @@ class CommittedBatch:
     kind: str  # the `LineFileKind.name` of the file they came from
     records: list[dict[str, Any]]
     anomalies: list[dict[str, Any]]
+    seq: int | None = None
+    """Its live announcement's number (`store/live_outbox.py`), given in its own
+    transaction on a database other processes may share; None elsewhere."""
 
 
 def ensure_sync_state(session: Session, job_id: str, kind: str = "metrics") -> None:
@@ -150,10 +156,8 @@ def sync_file(
             batch = reader.read_incremental(kind, position)
             committed = _commit_batch(factory, job_id, kind, position, batch)
             if committed is not None and on_commit is not None and committed.records:
-                stored = committed.records
-                latest = {kind.key(record): record for record in stored}
-                records = sorted(latest.values(), key=_file_order(stored, kind.key))
-                on_commit(CommittedBatch(kind.name, records, committed.anomalies))
+                records = newest_in_file_order(committed.records, kind)
+                on_commit(CommittedBatch(kind.name, records, committed.anomalies, committed.seq))
         if committed is None:
             # Another sync moved the offset since we read it: drop our batch
             # and read again from where the winner left off.
@@ -192,6 +196,7 @@ class _Committed:
     anomalies: list[dict[str, Any]]  # the callback anomaly rows written with them
     refused: list[str]  # "step N: not stored (why), skipped": counted as malformed
     notes: list[str]  # "step N: <value> replaced (why)": stored, but not as written
+    seq: int | None = None  # its live announcement's number (shared databases)
 
 
 def _commit_batch(
@@ -294,6 +299,13 @@ def _commit(
             return None
         # A batch may hold no records (only skipped lines): its offset still commits.
         stored = kind.store(session, job_id, records, now, notes) if records else StoredRows(0)
+        seq = None
+        if records and kind.name in ANNOUNCED_KINDS and is_shared(session):
+            # Numbered here, in the transaction that stores them: every server
+            # process on the database delivers it (store/live_outbox.py).
+            announced = newest_in_file_order(records, kind)
+            payload = outbox_payload(kind.name, announced, stored.anomalies)
+            seq = append_outbox(session, job_id, kind.name, payload)
         session.execute(
             update(Job)
             .where(Job.job_id == job_id)
@@ -304,7 +316,7 @@ def _commit(
             .execution_options(synchronize_session=False)
         )
         session.commit()
-        return _Committed(stored.written, records, stored.anomalies, refused, notes)
+        return _Committed(stored.written, records, stored.anomalies, refused, notes, seq)
     except BaseException:
         session.rollback()
         raise
@@ -324,6 +336,26 @@ def _sync_error_after(problems: list[str]) -> Any:
     return case(
         (Job.last_sync_error.startswith(DATA_PROBLEMS_PREFIX), Job.last_sync_error), else_=None
     )
+
+
+def newest_in_file_order(records: list[dict[str, Any]], kind: LineFileKind) -> list[dict[str, Any]]:
+    """One record per key (for metrics: per step), the newest, in file order."""
+    latest = {kind.key(record): record for record in records}
+    return sorted(latest.values(), key=_file_order(records, kind.key))
+
+
+def outbox_payload(
+    kind: str, records: list[dict[str, Any]], anomalies: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What a committed batch's live announcement holds: for metrics, its records
+    (non-finite numbers as strings, as the API sends them) and the anomaly rows
+    stored with them; for another kind (samples), how many of its rows each step got."""
+    if kind == "metrics":
+        return {
+            "records": [record_nonfinite_as_strings(record) for record in records],
+            "anomalies": anomalies,
+        }
+    return {"steps": sorted(Counter(record["step"] for record in records).items())}
 
 
 def _file_order(

@@ -98,6 +98,8 @@ class LiveHub:
     async def start(self) -> None:
         """Start fanning out; with `poll_interval > 0` also the background sync."""
         self.pipeline.attach(asyncio.get_running_loop())
+        if self.pipeline.cluster is not None:
+            self.pipeline.cluster.start()  # hear the other processes' announcements
         if self.settings.poll_interval > 0:
             self._tasks.append(asyncio.create_task(self._poll_forever(), name="live-poll"))
 
@@ -122,6 +124,8 @@ class LiveHub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self.pipeline.attach(None)
+        if self.pipeline.cluster is not None:
+            await to_thread.run_sync(self.pipeline.cluster.close)
         if self.pipeline.webhook is not None:
             await to_thread.run_sync(self.pipeline.webhook.close)
 
@@ -270,6 +274,12 @@ class LiveHub:
     def channel(self, job_id: str) -> JobChannel:
         return self.pipeline.channel(job_id)
 
+    def before_subscribe(self, job_id: str) -> None:
+        """Get the job's delivery ready for a new client (worker thread): with several
+        processes on the database, it starts from the job's current number."""
+        if self.pipeline.cluster is not None:
+            self.pipeline.cluster.feed.track(job_id)
+
     def subscribe(self, job_id: str) -> Subscription:
         return self.channel(job_id).subscribe()
 
@@ -278,6 +288,8 @@ class LiveHub:
 
     def status_locked(self, job_id: str) -> tuple[dict[str, Any] | None, int]:
         """The job's status and the commit number it reflects (worker thread)."""
+        if self.pipeline.cluster is not None:  # numbers are the database's
+            return self.pipeline.cluster.status_snapshot(job_id)
         channel = self.channel(job_id)
         with self.service.job_lock(job_id), self._factory() as session:
             job = session.get(Job, job_id)
@@ -289,6 +301,8 @@ class LiveHub:
         """Up to `limit` stored records after `after_step`, API-safe, and the commit
         number they reflect (worker thread). Under the job's lock, so every commit
         up to that number is in the page and none after it."""
+        if self.pipeline.cluster is not None:  # one snapshot of the database instead
+            return self.pipeline.cluster.history_snapshot(job_id, after_step, limit)
         channel = self.channel(job_id)
         with self.service.job_lock(job_id), self._factory() as session:
             if after_step >= MAX_STEP:  # nothing can come after the largest BIGINT

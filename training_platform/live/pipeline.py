@@ -29,7 +29,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from training_platform.history.incidents import merge_incidents
 from training_platform.ingest.metrics_file import METRICS
@@ -48,12 +48,19 @@ from training_platform.live.diagnostics import PlatformDiagnostics
 from training_platform.live.sample_diagnostics import SampleDiagnostics
 from training_platform.live.status_coalescer import StatusCoalescer
 from training_platform.live.webhooks import WebhookNotifier
+from training_platform.store.live_outbox import OutboxEntry
 from training_platform.store.metric_rows import record_nonfinite_as_strings
 from training_platform.store.models import Job
+
+if TYPE_CHECKING:
+    from training_platform.live.cluster_link import ClusterLink
 
 # A change of one of these is announced at once; a change of the rest
 # (`current_step`, `updated_at`: every step) is progress, coalesced.
 _ANNOUNCED_KEYS: Final = ("status", "total_steps", "anomaly_detected", "anomaly_reason")
+# Kinds of announcement besides the file kinds' ("metrics", "samples").
+ANOMALIES: Final = "anomalies"
+STATUS: Final = "status"
 
 
 class LivePipeline:
@@ -85,6 +92,8 @@ class LivePipeline:
         self._guard = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.statuses = StatusCoalescer(status_interval, clock)
+        # Set when other server processes share the database (live/cluster_link.py).
+        self.cluster: ClusterLink | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Fan out on `loop` from now on; None stops (call it on the old loop)."""
@@ -101,6 +110,12 @@ class LivePipeline:
                 channel = self._channels[job_id] = JobChannel(job_id, self.queue_size)
             return channel
 
+    def watched_jobs(self) -> list[str]:
+        """The jobs with live clients in this process."""
+        with self._guard:
+            channels = list(self._channels.values())
+        return [channel.job_id for channel in channels if channel.subscriber_count]
+
     # -- SyncListener hooks (worker threads, under the job's sync lock) --------
 
     def batch_committed(self, job_id: str, batch: CommittedBatch) -> None:
@@ -109,35 +124,22 @@ class LivePipeline:
             return
         if batch.kind != METRICS.name:
             return  # a kind of file nothing live is made of
-        channel = self.channel(job_id)
-        seq = channel.next_seq()
         records = batch.records
-        if channel.subscriber_count:
-            limit = self.max_message_bytes
-            messages = [
-                metric_message(seq, record_nonfinite_as_strings(record), max_bytes=limit)
-                for record in records
-            ]
-            self._deliver(channel, messages)
+        seq = self._emit(job_id, METRICS.name, {"records": records}, seq=batch.seq)
         anomalies = list(batch.anomalies)
         if self.diagnostics is not None:
             anomalies += self.diagnostics.diagnose(job_id, records)
-        if not anomalies:
-            return
         # The platform diagnoses the very records that carry the callback's
         # findings, so both sources of an incident are in this batch: merged
         # here, it goes out once, and never as a second message later.
-        self._announce(job_id, channel, seq, anomalies)
+        self._announce(job_id, seq, anomalies)
 
-    def _announce(
-        self, job_id: str, channel: JobChannel, seq: int, anomalies: list[dict[str, Any]]
-    ) -> None:
+    def _announce(self, job_id: str, seq: int, anomalies: list[dict[str, Any]]) -> None:
         """One `anomaly` message and one webhook POST per incident."""
         if not anomalies:
             return
         incidents = merge_incidents(anomalies)
-        if channel.subscriber_count:
-            self._deliver(channel, [anomaly_message(seq, incident) for incident in incidents])
+        self._emit(job_id, ANOMALIES, {"incidents": incidents}, seq=None if self.cluster else seq)
         if self.webhook is not None:
             for incident in incidents:
                 self.webhook.notify({"event": "anomaly", "job_id": job_id, **incident})
@@ -145,16 +147,10 @@ class LivePipeline:
     def _samples_committed(self, job_id: str, batch: CommittedBatch) -> None:
         """One `samples` message per step whose samples landed, in step order, then
         what the sample detectors found in them (new findings only)."""
-        channel = self.channel(job_id)
-        seq = channel.next_seq()
-        if channel.subscriber_count:
-            counts = Counter(sample["step"] for sample in batch.records)
-            steps = sorted(counts.items())
-            self._deliver(channel, [samples_message(seq, step, count) for step, count in steps])
+        steps = sorted(Counter(sample["step"] for sample in batch.records).items())
+        seq = self._emit(job_id, SAMPLES.name, {"steps": steps}, seq=batch.seq)
         if self.sample_diagnostics is not None:
-            self._announce(
-                job_id, channel, seq, self.sample_diagnostics.diagnose(job_id, batch.records)
-            )
+            self._announce(job_id, seq, self.sample_diagnostics.diagnose(job_id, batch.records))
 
     def status_changed(self, job: Job) -> None:
         status = status_data(job)
@@ -162,12 +158,58 @@ class LivePipeline:
         with self._guard:
             urgent = self._announced.get(job.job_id) != key
             self._announced[job.job_id] = key
-        channel = self.channel(job.job_id)
-        seq = channel.next_seq()
+        self._emit(job.job_id, STATUS, {"status": status, "urgent": urgent})
+
+    # -- announcing: here, or through the outbox to every process --------------
+
+    def _emit(
+        self, job_id: str, kind: str, payload: dict[str, Any], *, seq: int | None = None
+    ) -> int:
+        """Announce `payload`; its number.
+
+        One process: numbered by the job's channel (or `seq`, the number of the
+        batch it belongs to) and published here. Several processes on one
+        database (`cluster`): numbered in the outbox (`seq` when the persister
+        already did, in the batch's transaction), delivered here in number
+        order and notified to the others (docs/live.md, "Several processes").
+        """
+        if self.cluster is None:
+            number = self.channel(job_id).next_seq() if seq is None else seq
+            self.render(job_id, OutboxEntry(number, kind, payload))
+            return number
+        number = self.cluster.emit(job_id, kind, payload, seq)
+        channel = self.channel(job_id)
+        channel.seq = max(channel.seq, number)  # the latest this process committed
+        return number
+
+    def render(self, job_id: str, entry: OutboxEntry) -> None:
+        """Publish one announcement to this process's clients of the job (never blocks)."""
+        channel = self.channel(job_id)
         if not channel.subscriber_count:
-            return  # a later subscriber gets the current status when it connects
-        send = self.statuses.announce if urgent else self.statuses.progress
-        self._schedule(send, channel, status_messages(seq, status))
+            return  # a later subscriber gets history and status when it connects
+        seq, payload = entry.seq, entry.payload
+        if entry.kind == METRICS.name:
+            limit = self.max_message_bytes
+            messages = [
+                metric_message(seq, record_nonfinite_as_strings(record), max_bytes=limit)
+                for record in payload["records"]
+            ]
+            self._deliver(channel, messages)
+        elif entry.kind == ANOMALIES:
+            self._deliver(channel, [anomaly_message(seq, i) for i in payload["incidents"]])
+        elif entry.kind == SAMPLES.name:
+            steps = payload["steps"]
+            self._deliver(channel, [samples_message(seq, step, count) for step, count in steps])
+        elif entry.kind == STATUS:
+            send = self.statuses.announce if payload["urgent"] else self.statuses.progress
+            self._schedule(send, channel, status_messages(seq, payload["status"]))
+
+    def drop_clients(self, job_id: str, reason: str) -> None:
+        """Disconnect the job's clients here (they reconnect and resume from their step)."""
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.channel(job_id).drop_all, reason)
 
     # -- helpers ---------------------------------------------------------------
 

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from training_platform.callbacks.detectors.findings import incident_quiet
+from training_platform.live.sample_collapse import CollapseTrend
 from training_platform.live.sample_step import (
     CRITICAL,
     DEGENERATE_OUTPUT,
@@ -207,88 +208,6 @@ def _short_rewarded(step: Step, config: SampleDetectorConfig) -> tuple[str, list
     return message, [s.index for _, s in paid]
 
 
-@dataclass(frozen=True)
-class _RewardSummary:
-    step: int
-    mean: float
-    variance: float
-
-
-@dataclass(frozen=True)
-class _Dominant:
-    """The step's most common completion text and who wrote it."""
-
-    carriers: list[StepSample]
-    prompts: int
-    """How many different prompts (groups) it answers."""
-    share: float
-
-
-def _dominant(step: Step) -> _Dominant:
-    text, _ = Counter(s.normalised for s in step.samples).most_common(1)[0]
-    carriers = [s for s in step.samples if s.normalised == text]
-    prompts = len({s.prompt if s.group is None else s.group for s in carriers})
-    return _Dominant(carriers, prompts, len(carriers) / len(step.samples))
-
-
-@dataclass
-class _CollapseTrend:
-    """Reward up while completions collapse: the reward of varied steps, then of collapsed ones."""
-
-    config: SampleDetectorConfig
-    varied: deque[_RewardSummary] = field(init=False)
-    collapsed: deque[_RewardSummary] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.varied = deque(maxlen=self.config.trend_window)
-        self.collapsed = deque(maxlen=max(1, self.config.trend_window // 2))
-
-    def rewind(self, step: int) -> None:
-        """A resumed run rewrites `step` and later: forget what they said before."""
-        for window in (self.varied, self.collapsed):
-            while window and window[-1].step >= step:
-                window.pop()
-
-    def update(self, step: Step) -> tuple[str, list[int]] | None:
-        rewards = step.rewards()
-        if len(rewards) < self.config.min_rewarded_samples:
-            return None
-        mean = statistics.fmean(rewards)
-        # By hand: statistics.pvariance computes exactly, with fractions, and is slow.
-        variance = statistics.fmean((reward - mean) ** 2 for reward in rewards)
-        summary = _RewardSummary(step.step, mean, variance)
-        dominant = _dominant(step)
-        if (
-            dominant.share < self.config.collapse_share
-            or dominant.prompts < self.config.collapse_min_prompts
-        ):
-            self.varied.append(summary)
-            self.collapsed.clear()  # a varied step ends the collapse
-            return None
-        self.collapsed.append(summary)
-        if len(self.varied) < self.config.trend_min_steps:
-            return None  # collapsed from the start: no earlier reward to compare with
-        before = statistics.fmean(s.mean for s in self.varied)
-        sigma = math.sqrt(statistics.fmean(s.variance for s in self.varied))
-        now = statistics.fmean(s.mean for s in self.collapsed)
-        # The 1e-9 floor: with a constant baseline (sigma 0) rounding is no rise.
-        if now - before < max(self.config.trend_min_rise * sigma, 1e-9):
-            return None
-        return self._explain(step, dominant, before, now)
-
-    def _explain(
-        self, step: Step, dominant: _Dominant, before: float, now: float
-    ) -> tuple[str, list[int]]:
-        count = len(dominant.carriers)
-        message = (
-            f"the mean reward rose from {before:.4g} (last {len(self.varied)} steps with "
-            f"varied completions) to {now:.4g} while completions collapsed to one text: "
-            f"{snippet(dominant.carriers[0].text)} is {share_text(count, len(step.samples))}, "
-            f"across {dominant.prompts} prompts"
-        )
-        return message, [s.index for s in dominant.carriers]
-
-
 # --- no learning signal ----------------------------------------------------------------
 
 
@@ -346,7 +265,7 @@ class SampleMonitor:
         self.config = config or SampleDetectorConfig()
         self._checks = 0
         self._last_step: int | None = None
-        self._trend = _CollapseTrend(self.config)
+        self._trend = CollapseTrend(self.config)
         self._incidents: dict[str, _Incident] = {}
 
     def check(self, samples: list[dict[str, Any]]) -> list[SampleFinding]:
@@ -388,6 +307,9 @@ class SampleMonitor:
             parts = [_short_rewarded(step, config), self._trend.update(step)]
             hacked = [part for part in parts if part is not None]
             found[REWARD_HACKING] = _merge(CRITICAL, hacked) if hacked else None
+            if not hacked and self._trend.collapsed_now and self._open(REWARD_HACKING):
+                # Still collapsed: the incident goes on, whatever the reward did.
+                found[REWARD_HACKING] = Found(CRITICAL, "completions still collapsed", [])
         if NO_LEARNING_SIGNAL in enabled:
             found[NO_LEARNING_SIGNAL] = _flat_groups(step, config)
         return found
@@ -399,14 +321,19 @@ class SampleMonitor:
             for kind, incident in self._incidents.items()
         ]
 
+    def _open(self, kind: str) -> bool:
+        """Whether `kind`'s incident is still open at the current check."""
+        incident, config = self._incidents.get(kind), self.config
+        return incident is not None and 0 <= self._checks - incident.last_seen <= incident_quiet(
+            incident.opened_check, incident.last_seen, config.cooldown, config.cooldown_max
+        )
+
     def _alert(self, kind: str, step: int, severity: str) -> str | None:
         """The note to append when this occurrence is reported ("" for a new
         incident), or None while it continues an open incident."""
-        rank, now, config = SEVERITY_RANK[severity], self._checks, self.config
+        rank, now = SEVERITY_RANK[severity], self._checks
         incident = self._incidents.get(kind)
-        if incident is None or not 0 <= now - incident.last_seen <= incident_quiet(
-            incident.opened_check, incident.last_seen, config.cooldown, config.cooldown_max
-        ):
+        if incident is None or not self._open(kind):
             self._incidents[kind] = _Incident(step, now, rank, now, step, step)
             return ""
         incident.last_seen, incident.last_step = now, step

@@ -75,6 +75,25 @@ class Job(Base):
     name: Mapped[str | None] = mapped_column(String(256))
     tags: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True))
     notes: Mapped[str | None] = mapped_column(Text)
+    # The number of its latest live announcement (`live_outbox`; PostgreSQL only).
+    live_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+
+class LiveOutbox(Base):
+    """One live announcement of a job, numbered by `Job.live_seq` in the transaction
+    that stored what it announces, so that every server process on the database
+    can deliver it (`store/live_outbox.py`, docs/live.md "Several processes")."""
+
+    __tablename__ = "live_outbox"
+    __table_args__ = (Index("ix_live_outbox_created_at", "created_at"),)
+
+    job_id: Mapped[str] = mapped_column(
+        JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "metrics", "samples", "anomalies", "status"
+    payload: Mapped[str] = mapped_column(Text)  # JSON
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class RunFile(Base):

@@ -80,6 +80,7 @@ async def _stream(connection: Connection, hub: LiveHub, job_id: str) -> None:
             return
         # Subscribe first: whatever is committed from here on is queued for us,
         # and the hand-over below skips what the history pages already held.
+        await to_thread.run_sync(hub.before_subscribe, job_id)
         subscription = hub.subscribe(job_id)
         try:
             await _serve(connection, hub, subscription, job_id, since_step, listen)

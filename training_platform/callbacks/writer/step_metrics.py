@@ -173,6 +173,12 @@ class StepBuffer:
     def merge(self, into: OpenStep, metrics: Mapping[str, Any]) -> None:
         self._merger.merge(into, metrics)
 
+    def newest_step(self) -> int | None:
+        """The open step, else the last one: safe from another thread (the system
+        sampler's) without a lock, as it reads each attribute once."""
+        newest = self.open or self.last
+        return None if newest is None else newest.step
+
     def take(self) -> OpenStep | None:
         """The open step, closed for writing (end time and epoch stamped), or None."""
         open_step = self.open
