@@ -68,13 +68,13 @@ def open_server_connections(server: LiveServer, sockets: list[socket.socket]) ->
     return sum(1 for client in clients if client is not None and client[1] in ports)
 
 
-def assert_api_answers_promptly(base_url: str) -> None:
+def assert_api_answers_promptly(base_url: str, within: float = NORMAL_LATENCY) -> None:
     for path in ("/healthz", "/api/jobs", "/api/monitoring/run1/metrics?limit=5"):
         started = time.monotonic()
         response = httpx.get(base_url + path, timeout=10)
         took = time.monotonic() - started
         assert response.status_code == 200, (path, response.text)
-        assert took < NORMAL_LATENCY, f"{path} took {took:.2f} s"
+        assert took < within, f"{path} took {took:.2f} s"
 
 
 @contextmanager
@@ -125,12 +125,14 @@ def test_clients_that_never_read_are_closed_by_the_ping_timeout(
             [stalled_client(server.port, f"{LIVE}?since_step=0") for _ in range(3)]
         ) as stalled:
             assert wait_for(lambda: server.hub.subscriber_count("run1") == 3)
-            assert_api_answers_promptly(base)
+            # A loop blocked by these sends would wait out their 60 s timeout;
+            # 5 s leaves room for a loaded CI machine (1.4 s seen there).
+            assert_api_answers_promptly(base, within=5.0)
             assert wait_for(lambda: open_server_connections(server, stalled) == 0, timeout=15), (
                 "the server still holds connections to clients that never answer pings"
             )
             assert wait_for(lambda: server.hub.subscriber_count("run1") == 0, timeout=5)
-            assert_api_answers_promptly(base)
+            assert_api_answers_promptly(base, within=5.0)
 
 
 def _free_port() -> int:
