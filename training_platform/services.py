@@ -84,6 +84,7 @@ def build_services(
             render=pipeline.render,
             drop_clients=pipeline.drop_clients,
             watched=pipeline.watched_jobs,
+            is_watched=pipeline.is_watched,
             retention=settings.live_outbox_retention,
         )
     stall = StallWatch(

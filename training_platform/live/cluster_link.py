@@ -49,17 +49,19 @@ class ClusterLink:
         render: Callable[[str, OutboxEntry], None],
         drop_clients: Callable[[str, str], None],
         watched: Callable[[], list[str]],
+        is_watched: Callable[[str], bool],
         retention: float,
         sweep_interval: float = 1.0,
     ) -> None:
         self._factory = factory
         self._watched = watched
+        self._is_watched = is_watched
         self.retention = retention
         self.feed = ClusterFeed(
             factory,
             render,
             gap=lambda job_id: drop_clients(job_id, GAP_REASON),
-            watched=lambda job_id: job_id in set(watched()),
+            watched=is_watched,
         )
         self.notifier = Notifier(database_url)
         self.listener = Listener(database_url, self._notified, self._tick, tick=sweep_interval)
@@ -115,7 +117,7 @@ class ClusterLink:
     # -- the listener thread ---------------------------------------------------
 
     def _notified(self, job_id: str, seq: int) -> None:
-        if job_id in set(self._watched()):
+        if self._is_watched(job_id):
             self.feed.catch_up(job_id, seq)
 
     def _tick(self) -> None:

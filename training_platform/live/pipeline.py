@@ -110,6 +110,12 @@ class LivePipeline:
                 channel = self._channels[job_id] = JobChannel(job_id, self.queue_size)
             return channel
 
+    def is_watched(self, job_id: str) -> bool:
+        """Whether the job has live clients in this process (one dict lookup)."""
+        with self._guard:
+            channel = self._channels.get(job_id)
+        return channel is not None and channel.subscriber_count > 0
+
     def watched_jobs(self) -> list[str]:
         """The jobs with live clients in this process."""
         with self._guard:
