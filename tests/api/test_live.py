@@ -68,6 +68,10 @@ def test_a_truncated_and_rewritten_file_streams_its_new_records(
     settings: Settings, run1: Path
 ) -> None:
     with live_server(live_settings(settings)) as server, open_ws(server.ws_url(LIVE)) as ws:
+        # The status comes once the socket is subscribed: lines appended before
+        # that are history (since_step), not live, and a loaded machine can
+        # take a while between the handshake and the subscription.
+        assert receive(ws)["type"] == "status"
         append_steps(run1, range(10))
         first = receive_until(ws, has_step(9))
         # A restarted run rewrites its file from scratch, with other values.
