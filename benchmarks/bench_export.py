@@ -1,17 +1,18 @@
 """Exporting a long run (20 series per step) as CSV and Parquet: time and memory.
 
     .venv/bin/python benchmarks/bench_export.py [--steps 200000 | --steps 1000000]
-        [--database-url sqlite:///bench_export.db] [--chunk 2000]
+        [--database-url sqlite:///bench_export.db | postgresql+psycopg://...] [--chunk 2000]
 
 Builds (once; kept in the database and reused) a run of `--steps` records, each
 with the 14 numeric columns of docs/contract.md §2 and 6 extras (20 series; a
 NaN every 1,000 steps), then prints side by side:
 
   * our export (`history/export/`, what `GET .../metrics/export` streams and
-    `training-platform export` writes): the first pass deciding the columns,
-    then chunked keyset reads encoded as they come; wall time, and the peak
-    of Python allocations while it runs (tracemalloc, a separate run: the
-    server's growth for one export, the bytes sent being dropped);
+    `training-platform export` writes): the column pass (the JSON groups'
+    shapes only), then chunked keyset reads built column by column and encoded
+    as they come; wall time, and the peak of Python allocations while it runs
+    (tracemalloc, a separate run: the server's growth for one export, the
+    bytes sent being dropped);
   * the floor: one SQL query for every row, written straight by pyarrow
     (Parquet) or csv.writer (CSV), holding the whole run in memory;
   * `Client(database_url=...).run(...).history()` into pandas against
@@ -25,12 +26,17 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import math
+import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,12 +156,59 @@ def peak_mib(fn: Callable[[], Any]) -> float:
         tracemalloc.stop()
 
 
+class PeakRss:
+    """The process's resident set, sampled every 10 ms while a block runs: its growth
+    over the start counts what tracemalloc does not see (pyarrow's buffers, the
+    drivers' and SQLite's own memory)."""
+
+    def __enter__(self) -> PeakRss:
+        self.start = self.peak = _rss_mib()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.01):
+            self.peak = max(self.peak, _rss_mib())
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mib())
+
+    @property
+    def growth(self) -> float:
+        return self.peak - self.start
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+CASES = ("ours-csv", "floor-csv", "ours-parquet", "floor-parquet")
+
+
+def run_case(factory: sessionmaker[Session], case: str, chunk: int) -> dict[str, float]:
+    """One case in this (fresh) process: time, bytes, and the resident set's growth."""
+    for fmt in ("csv", "parquet"):  # imports (pyarrow's take a second or two) out of the figures
+        body = start_export(factory, job_id=JOB, kind="metrics", fmt=fmt, end_step=1000).body
+        sum(len(piece) for piece in body)
+    who, fmt = case.split("-")
+    with PeakRss() as rss:
+        seconds, size = timed(lambda: ours(factory, fmt, chunk) if who == "ours" else floor(
+            factory, fmt))  # fmt: skip
+    return {"seconds": seconds, "bytes": size, "rss": rss.growth}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--database-url", default=None, help="default: a temporary SQLite file")
     parser.add_argument("--chunk", type=int, default=CHUNK_ROWS)
     parser.add_argument("--skip-memory", action="store_true", help="no tracemalloc runs (slow)")
+    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)  # one case, in a child
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="bench-export-")
     url = args.database_url or f"sqlite:///{scratch}/bench_export.db"
@@ -163,17 +216,28 @@ def main() -> None:
     migrate_to_head(engine)
     factory = make_session_factory(engine)
     build(factory, args.steps)
-    ours(factory, "parquet", 100)  # imports (pyarrow's take a second or two) out of the figures
+    if args.case is not None:
+        print(json.dumps(run_case(factory, args.case, args.chunk)))
+        return
     print(f"\n== {args.steps:,} steps x 20 series, {url.split('@')[-1]}, chunk {args.chunk:,}")
-    print(f"{'':<28}{'time':>9}{'MB out':>9}{'peak MiB':>10}")
-    for fmt in ("csv", "parquet"):
-        for label, fn in (
-            (f"ours ({fmt}, streamed)", lambda fmt=fmt: ours(factory, fmt, args.chunk)),
-            (f"floor ({fmt}, one query)", lambda fmt=fmt: floor(factory, fmt)),
-        ):
-            seconds, size = timed(fn)
-            peak = "-" if args.skip_memory else f"{peak_mib(fn):.0f}"
-            print(f"{label:<28}{seconds:>8.1f}s{size / 1e6:>9.1f}{peak:>10}")
+    print(f"{'':<28}{'time':>9}{'MB out':>9}{'RSS +MiB':>10}{'py peak MiB':>13}")
+    for case in CASES:
+        # Each case in a process of its own: one case's freed memory is not the next one's.
+        child = subprocess.run(
+            [sys.executable, __file__, "--steps", str(args.steps), "--database-url", url,
+             "--chunk", str(args.chunk), "--case", case],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        figures = json.loads(child.stdout.splitlines()[-1])
+        who, fmt = case.split("-")
+        peak = "-"
+        if not args.skip_memory and who == "ours":
+            peak = f"{peak_mib(partial(ours, factory, fmt, args.chunk)):.0f}"
+        label = f"ours ({fmt}, streamed)" if who == "ours" else f"floor ({fmt}, one query)"
+        print(
+            f"{label:<28}{figures['seconds']:>8.1f}s{figures['bytes'] / 1e6:>9.1f}"
+            f"{figures['rss']:>10.0f}{peak:>13}"
+        )
     path = Path(scratch) / "run.parquet"
     export = start_export(factory, job_id=JOB, kind="metrics", fmt="parquet")
     with path.open("wb") as handle:

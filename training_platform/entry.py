@@ -49,6 +49,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
         "paramiko",
         "psycopg",
         "watchfiles",
+        "prometheus_client",  # GET /metrics
+        "numpy",  # the system history's buckets
         "websockets",
         "typer",
     ),

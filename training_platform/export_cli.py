@@ -141,11 +141,11 @@ def _run(
         task = progress.add_task(f"export {job_id} ({kind})", total=None)
         written = 0
 
-        def on_chunk(rows: list[dict[str, Any]]) -> None:
+        def on_chunk(rows: int, last_step: int) -> None:
             nonlocal written
-            written += len(rows)
-            if rows and kind != "anomalies":  # anomalies: the bar counts rows, unknown total
-                progress.update(task, completed=rows[-1]["step"] - (start_step or 0) + 1)
+            written += rows
+            if kind != "anomalies":  # anomalies: the bar counts rows, unknown total
+                progress.update(task, completed=last_step - (start_step or 0) + 1)
 
         # The plan (the snapshot's last step, the columns) comes first: the bar's total.
         export = start_export(

@@ -14,15 +14,18 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.polling import PollRule
 from training_platform.ingest.samples_file import SAMPLES
 from training_platform.ingest.stall import StallWatch
 from training_platform.ingest.sync_service import SyncService
+from training_platform.ingest.system_file import SYSTEM
 from training_platform.live.cluster_link import ClusterLink
 from training_platform.live.diagnostics import PlatformDiagnostics, anomaly_config
 from training_platform.live.hub import LiveHub
 from training_platform.live.pipeline import LivePipeline
 from training_platform.live.sample_diagnostics import SampleDiagnostics
+from training_platform.live.system_diagnostics import SystemDiagnostics
 from training_platform.live.webhooks import WebhookNotifier
 from training_platform.settings import Settings
 
@@ -49,9 +52,10 @@ def build_services(
     `clock` (Unix seconds) drives the stall watch and the detectors' timestamps,
     so tests move time instead of sleeping.
     """
-    diagnostics = sample_diagnostics = None
+    diagnostics = sample_diagnostics = system_diagnostics = None
     if settings.diagnostics_enabled:
         sample_diagnostics = SampleDiagnostics(factory, clock=clock)
+        system_diagnostics = SystemDiagnostics(factory, clock=clock)
         diagnostics = PlatformDiagnostics(
             factory,
             anomaly_config(settings),
@@ -72,6 +76,7 @@ def build_services(
         max_message_bytes=settings.live_max_message_bytes,
         diagnostics=diagnostics,
         sample_diagnostics=sample_diagnostics,
+        system_diagnostics=system_diagnostics,
         webhook=webhook,
         status_interval=settings.live_status_interval,
     )
@@ -90,7 +95,14 @@ def build_services(
     stall = StallWatch(
         factor=settings.stall_factor, min_seconds=settings.stall_min_seconds, clock=clock
     )
-    sync = SyncService(factory, settings, listener=pipeline, stall=stall, line_kinds=[SAMPLES])
+    sync = SyncService(
+        factory,
+        settings,
+        listener=pipeline,
+        stall=stall,
+        line_kinds=[SAMPLES, SYSTEM],
+        host_files=HostFiles(),
+    )
     poll_rule = PollRule(sync, settings)
     hub = LiveHub(factory, settings, sync, pipeline, poll_rule)
     return Services(sync=sync, poll_rule=poll_rule, pipeline=pipeline, hub=hub)

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from training_platform.logging_setup import configure_logging
+
 if TYPE_CHECKING:
     import socket
 
@@ -44,7 +46,8 @@ def run_server(
     from training_platform.api.main import create_app
     from training_platform.api.websocket import uvicorn_ws_options
 
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # Text or JSON lines with the pid, uvicorn's own included (logging_setup.py).
+    configure_logging(log_level, settings.log_format)
     # watchfiles logs every batch of changes at INFO: noise for a long-running server.
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
     config = uvicorn.Config(
@@ -52,6 +55,7 @@ def run_server(
         host=settings.host,
         port=settings.port,
         log_level=log_level,
+        log_config=None,  # configured above: uvicorn's own config would replace the format
         access_log=access_log,
         **uvicorn_ws_options(settings),  # heartbeats, client message cap, bounded closes
         # A backstop for SIGTERM: requests still running this long after it are

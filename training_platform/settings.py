@@ -7,7 +7,7 @@ at import time, so importing the package has no side effects.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -16,17 +16,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from training_platform.callbacks.wire.locations import user_metrics_dir
 
 
-def _default_database_url() -> str:
-    return "sqlite:///./training_platform.db"
-
-
 class Settings(BaseSettings):
     """Everything the server needs; each field is also an environment variable."""
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
     database_url: str = Field(
-        default_factory=_default_database_url,
+        default="sqlite:///./training_platform.db",
         validation_alias="DATABASE_URL",
         description="SQLAlchemy URL; default a SQLite file in the working directory. "
         "PostgreSQL: postgresql+psycopg://user@host/db (postgresql:// is accepted too).",
@@ -58,6 +54,11 @@ class Settings(BaseSettings):
     )
     port: int = Field(
         default=8000, ge=0, le=65535, validation_alias="PLATFORM_PORT", description="Bind port."
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        validation_alias="PLATFORM_LOG_FORMAT",
+        description="Server log lines: text, or json (one object a line); both carry the pid.",
     )
     ssh_key_dir: Path = Field(
         default_factory=lambda: Path.home() / ".ssh",

@@ -159,7 +159,7 @@ def test_a_client_that_disconnects_mid_export_stops_the_reading(
     closed = threading.Event()
     real = files.read_chunks
 
-    def counted(*args: Any, **kwargs: Any) -> Iterator[list[dict[str, Any]]]:
+    def counted(*args: Any, **kwargs: Any) -> Iterator[Any]:
         kwargs["chunk_rows"] = 50
         try:
             for chunk in real(*args, **kwargs):

@@ -104,6 +104,12 @@ def test_since_step_hands_over_without_gap_or_duplicate_while_appending(
         thread.start()
         try:
             assert writing.wait(20)
+            # The client has steps up to 50 from an earlier connection: the server
+            # has stored them (a loaded machine ingests behind the writer). A step
+            # up to 50 committed after the client's history would be sent again,
+            # as a rewrite of a step it has is.
+            stored = server.http_url("/api/monitoring/run1/metrics?start_step=60&limit=1")
+            assert wait_for(lambda: bool(httpx.get(stored, timeout=10).json()["metrics"]), 30)
             with open_ws(server.ws_url(f"{LIVE}?since_step=50")) as ws:
                 messages = receive_until(ws, has_step(total - 1), timeout=30)
                 thread.join(30)

@@ -103,6 +103,40 @@ def test_csv_spells_nonfinite_numbers_and_keeps_every_column(
     assert math.isnan(frame["loss.actor_loss"][0]) and frame["loss.actor_loss"][1] == math.inf
 
 
+def test_nonfinite_values_inside_json_groups_and_mixed_kinds_keep_their_values(
+    session_factory: sessionmaker[Session],
+) -> None:
+    """A NaN or infinity in `extra` or in a trainer's own group (stored null plus a mark)
+    comes back in its cell; a field logged as an int, then a float, is a float column;
+    one holding a number, then text, is text; rows alike after the first add no column."""
+    records = [
+        build_record(
+            step,
+            {
+                "extra": {"x": [1, 2.5, math.nan, 4][step], "y": [1, "one", 2, 3][step]},
+                "mine": {"z": [0.5, math.inf, 0.5, -math.inf][step]},
+            },
+            timestamp=float(step),
+        )
+        for step in range(4)
+    ] + [build_record(step, {"extra": {"x": 1, "y": 2}}, timestamp=9.0) for step in range(4, 9)]
+    _store(session_factory, records)
+    table = pq.read_table(io.BytesIO(_export(session_factory, "parquet")))
+    types = {field.name: str(field.type) for field in table.schema}
+    assert types["extra.x"] == "double" and types["extra.y"] == "string"
+    assert types["mine.z"] == "double"
+    rows = table.to_pylist()
+    assert [row["extra.x"] for row in rows[:2]] == [1.0, 2.5] and math.isnan(rows[2]["extra.x"])
+    assert [row["mine.z"] for row in rows[:4]] == [0.5, math.inf, 0.5, -math.inf]
+    assert [row["extra.y"] for row in rows[:4]] == ["1", "one", "2", "3"]
+    last = {"step": 8, "timestamp": 9.0, "extra.x": 1.0, "extra.y": "2"}
+    assert rows[8] == {**dict.fromkeys(types), **last}
+    lines = list(csv.DictReader(io.StringIO(_export(session_factory, "csv").decode())))
+    assert [line["extra.x"] for line in lines[:4]] == ["1", "2.5", "NaN", "4"]
+    assert [line["mine.z"] for line in lines[:4]] == ["0.5", "inf", "0.5", "-inf"]
+    assert lines[8]["extra.x"] == "1" and lines[8]["mine.z"] == ""
+
+
 def test_jsonl_lines_are_the_records_the_history_endpoint_answers(
     session_factory: sessionmaker[Session],
 ) -> None:
@@ -196,12 +230,12 @@ def test_a_long_run_is_read_a_chunk_at_a_time_and_lazily(
         started = time.monotonic()
         chunks = sources.read_chunks(session_factory, plan, chunk_rows=chunk)
         first = next(chunks)
-        assert len(first) == chunk and len(statements) == 1  # lazy: one page read so far
-        steps_seen, last = len(first), first[-1]["step"]
+        assert first.size == chunk and len(statements) == 1  # lazy: one page read so far
+        steps_seen, last = first.size, first.columns["step"][-1]
         del first
-        for rows in chunks:
-            assert len(rows) <= chunk and rows[0]["step"] == last + 1
-            steps_seen, last = steps_seen + len(rows), rows[-1]["step"]
+        for columns in chunks:
+            assert columns.size <= chunk and columns.columns["step"][0] == last + 1
+            steps_seen, last = steps_seen + columns.size, columns.columns["step"][-1]
         assert steps_seen == count and last == count - 1
         assert len(statements) == count // chunk + 1  # the last page comes back short... or empty
         assert all("LIMIT" in statement.upper() for statement in statements)

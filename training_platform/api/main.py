@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from training_platform import __version__
 from training_platform.api.deps import require_token
 from training_platform.api.errors import install_error_handlers
+from training_platform.api.observability import install_observability
 from training_platform.api.query_checks import check_query_params
 from training_platform.api.routers import (
     artifacts,
@@ -30,6 +31,7 @@ from training_platform.api.routers import (
     playback,
     profile_report,
     samples,
+    system,
 )
 from training_platform.api.security import install_security
 from training_platform.services import Services, build_services
@@ -77,6 +79,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     # Host check (DNS rebinding), security headers, no token in uvicorn's logs.
     install_security(app, settings)
+    # /metrics (its middleware outermost: it times the others too), /livez, /readyz.
+    install_observability(app)
     api = APIRouter(
         prefix="/api",
         dependencies=[Depends(require_token), Depends(check_query_params)],
@@ -85,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api.include_router(compare.router)
     api.include_router(monitoring.router)
     api.include_router(samples.router)
+    api.include_router(system.router)
     api.include_router(export.router)
     api.include_router(artifacts.router)
     api.include_router(profile_report.router)
@@ -99,7 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/healthz", tags=["health"], summary="Liveness")
     def healthz() -> dict[str, str]:
-        """Always open (no token): for load balancers and compose health checks."""
+        """Liveness, as /livez: always open (no token), for load balancers and compose
+        health checks. /readyz also checks the database (docs/platform.md, Operations)."""
         return {"status": "ok"}
 
     return app

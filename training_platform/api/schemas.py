@@ -184,7 +184,7 @@ class JobList(BaseModel):
     jobs: list[JobOut]
 
 
-AnomalySource = Literal["callback", "platform", "samples"]
+AnomalySource = Literal["callback", "platform", "samples", "system"]
 
 
 class AnomalyOut(BaseModel):

@@ -132,6 +132,9 @@ def run_demo(
     platform_options.setdefault("name", f"GRPO lr {grpo.lr:g}")
     platform_options.setdefault("tags", ["demo", "grpo"])
     platform_options.setdefault("config", {"grpo": grpo, "demo": replace(config, grpo={})})
+    # This host's samples every 2 s (the callback's default is 10 s): the dashboard's
+    # System tab fills while one watches a demo run of a few minutes.
+    platform_options.setdefault("system_metrics_interval", 2.0)
     extra_callbacks = list(callbacks)
     profiler: StepProfiler | None = None
     if config.stall_at is not None:

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 import orjson
 from sqlalchemy.orm import Session
 
+from training_platform.history.compare_system import compare_system, system_series_of
 from training_platform.history.series.answer import downsampled_history
 from training_platform.history.series.buckets import finite_time, series_values
 from training_platform.history.series.plan import count_up_to, first_step, first_timestamp
@@ -41,8 +42,11 @@ def compare_histories(
     exact_rows: int,
     max_bytes: int | None,
     max_series: int | None,
+    system: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Per job, in `job_ids` order: its columnar answer with `x_values` (and smoothed lines).
+    """Per job, in `job_ids` order: its columnar answer with `x_values` (and smoothed lines),
+    `system_series` (the run-level system series it has) and, for the `system` series
+    asked, `system`: those series on their own points (`compare_system.py`).
 
     The byte cap is shared: each run gets an equal part of it.
     """
@@ -56,6 +60,14 @@ def compare_histories(
         body["x_values"] = x_values(session, job_id, body, x)
         if smoothing is not None:
             body["smoothing_exact"] = smooth_series(session, job_id, body, smoothing, exact_rows)
+        body["system_series"] = system_series_of(session, job_id)
+        if system:
+            found = compare_system(
+                session, job_id, system, max_points=max_points, x=x,
+                start_step=start_step, end_step=end_step,
+            )  # fmt: skip
+            if found is not None:
+                body["system"] = found
         entries.append(body)
     return entries
 

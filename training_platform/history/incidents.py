@@ -30,7 +30,7 @@ EPISODE_STEPS: Final = 10
 """Incidents whose onsets follow each other within this many steps are one episode."""
 
 # Sources in the order an incident names them; the callback's comes first.
-SOURCE_ORDER: Final = ("callback", "platform", "samples")
+SOURCE_ORDER: Final = ("callback", "platform", "samples", "system")
 ANOMALY_FIELDS: Final = (
     "step", "type", "severity", "message", "source", "created_at", "evidence", "end_step",
 )  # fmt: skip

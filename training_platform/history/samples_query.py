@@ -38,11 +38,14 @@ from training_platform.store.models import Sample, SamplePrompt
 
 __all__ = [
     "MAX_CURSOR_CHARS",
+    "SAMPLES_JOINED",
+    "SAMPLE_COLUMNS",
     "SampleFilter",
     "SamplePage",
     "SampleSort",
     "SortOrder",
     "sample_page",
+    "sample_record",
     "step_summaries",
 ]
 
@@ -186,7 +189,9 @@ def _filtered(
     return query
 
 
-_COLUMNS: Final = (
+# A sample as the API shows it: these columns, `sample_record` of the row (the export
+# reads them too, history/export/sources.py).
+SAMPLE_COLUMNS: Final = (
     Sample.step,
     Sample.sample_index,
     Sample.timestamp,
@@ -202,7 +207,9 @@ _COLUMNS: Final = (
     Sample.finish_reason,
     Sample.extra,
 )
-_JOINED: Final = Sample.__table__.join(SamplePrompt.__table__, SamplePrompt.id == Sample.prompt_id)
+SAMPLES_JOINED: Final = Sample.__table__.join(
+    SamplePrompt.__table__, SamplePrompt.id == Sample.prompt_id
+)
 
 
 def sample_page(
@@ -227,19 +234,26 @@ def sample_page(
     # How the text indexes answer `q`; None: the scan (samples_search.py).
     match = None if where.q is None else indexed_search(session, job_id, where.q)
     query = _keyset(
-        select(*_COLUMNS).select_from(_JOINED), job_id, where, sort, order, key, dialect, match
+        select(*SAMPLE_COLUMNS).select_from(SAMPLES_JOINED),
+        job_id,
+        where,
+        sort,
+        order,
+        key,
+        dialect,
+        match,
     )
     with index_plans(session, None if match is None else dialect):
         rows = session.execute(query.order_by(*_order_by(sort, order, where)).limit(limit)).all()
         if len(rows) < limit:
-            return SamplePage([_sample(row) for row in rows], None)
+            return SamplePage([sample_record(row) for row in rows], None)
         last = rows[-1]
         key = (_key_value(sort, last), last.step, last.sample_index)
-        source = _JOINED if where.q is not None else Sample.__table__
+        source = SAMPLES_JOINED if where.q is not None else Sample.__table__
         rest = select(literal(1)).select_from(source)
         more = _keyset(rest, job_id, where, sort, order, key, dialect, match)
         ended = session.execute(more.limit(1)).first() is None
-    samples = [_sample(row) for row in rows]
+    samples = [sample_record(row) for row in rows]
     return SamplePage(samples, None if ended else encode_cursor(sort, order, key))
 
 
@@ -271,7 +285,7 @@ def _key_value(sort: SampleSort, row: Any) -> float | int | None:
     return None
 
 
-def _sample(row: Any) -> dict[str, Any]:
+def sample_record(row: Any) -> dict[str, Any]:
     """A row in the API's shape; a non-finite reward is its name ("NaN", "Infinity", ...)."""
     return {
         "step": row.step,

@@ -59,5 +59,11 @@ class LineFileKind:
     # only "nothing written yet" (a kind a run may or may not write).
     required: bool = False
 
+    @property
+    def family(self) -> str:
+        """What its batches are announced and listened to as: the name before a dot
+        (``system.<host>``, one host's file of system samples, is ``system``)."""
+        return self.name.partition(".")[0]
+
     def file_name(self, job_id: str) -> str:
         return f"{job_id}{self.suffix}"

@@ -40,6 +40,7 @@ from training_platform.ingest.line_isolation import (
     probe_error,
 )
 from training_platform.ingest.readers import MetricsReader, ReadBatch, ReadPosition
+from training_platform.ingest.system_lines import system_message_data
 from training_platform.store.database import dialect_insert
 from training_platform.store.live_outbox import ANNOUNCED_KINDS, append_outbox, is_shared
 from training_platform.store.metric_rows import record_nonfinite_as_strings
@@ -85,7 +86,7 @@ class CommittedBatch:
     live stream publishes these, never a rebuilt copy).
     """
 
-    kind: str  # the `LineFileKind.name` of the file they came from
+    kind: str  # the `LineFileKind.family` of the file they came from
     records: list[dict[str, Any]]
     anomalies: list[dict[str, Any]]
     seq: int | None = None
@@ -157,7 +158,7 @@ def sync_file(
             committed = _commit_batch(factory, job_id, kind, position, batch)
             if committed is not None and on_commit is not None and committed.records:
                 records = newest_in_file_order(committed.records, kind)
-                on_commit(CommittedBatch(kind.name, records, committed.anomalies, committed.seq))
+                on_commit(CommittedBatch(kind.family, records, committed.anomalies, committed.seq))
         if committed is None:
             # Another sync moved the offset since we read it: drop our batch
             # and read again from where the winner left off.
@@ -300,12 +301,12 @@ def _commit(
         # A batch may hold no records (only skipped lines): its offset still commits.
         stored = kind.store(session, job_id, records, now, notes) if records else StoredRows(0)
         seq = None
-        if records and kind.name in ANNOUNCED_KINDS and is_shared(session):
+        if records and kind.family in ANNOUNCED_KINDS and is_shared(session):
             # Numbered here, in the transaction that stores them: every server
             # process on the database delivers it (store/live_outbox.py).
             announced = newest_in_file_order(records, kind)
-            payload = outbox_payload(kind.name, announced, stored.anomalies)
-            seq = append_outbox(session, job_id, kind.name, payload)
+            payload = outbox_payload(kind.family, announced, stored.anomalies)
+            seq = append_outbox(session, job_id, kind.family, payload)
         session.execute(
             update(Job)
             .where(Job.job_id == job_id)
@@ -349,12 +350,15 @@ def outbox_payload(
 ) -> dict[str, Any]:
     """What a committed batch's live announcement holds: for metrics, its records
     (non-finite numbers as strings, as the API sends them) and the anomaly rows
-    stored with them; for another kind (samples), how many of its rows each step got."""
+    stored with them; for system samples, the samples; for samples, how many of
+    its rows each step got."""
     if kind == "metrics":
         return {
             "records": [record_nonfinite_as_strings(record) for record in records],
             "anomalies": anomalies,
         }
+    if kind == "system":
+        return {"samples": [system_message_data(record) for record in records]}
     return {"steps": sorted(Counter(record["step"] for record in records).items())}
 
 

@@ -94,14 +94,15 @@ class PollRule:
     ) -> list[str]:
         listing = list_directory(directory)
         stall = self._service.stall
+        if self._service.host_files is not None:  # the hosts' files, from this listing
+            self._service.host_files.note_listing([job.job_id for job, _ in jobs], listing)
         changed = []
         for job, status in jobs:
             if watching and status in TERMINAL_STATUSES:
                 continue
             rollouts = local_rollout_dir(job.job_id, directory, job.rollout_dir, listing)
-            signature = file_signature(
-                directory, job.job_id, self._service.watched_suffixes, listing, rollouts
-            )
+            suffixes = self._service.suffixes_of(job.job_id)
+            signature = file_signature(directory, job.job_id, suffixes, listing, rollouts)
             flips = stall is not None and stall.verdict_flips(job.job_id, status)
             if flips or not self._service.is_unchanged(job.job_id, signature):
                 changed.append(job.job_id)

@@ -219,6 +219,13 @@ class MetricsReader(ABC):
     def location(self, suffix: str) -> str:
         """Where the job's `suffix` file is, for messages."""
 
+    # Whether `list_names` costs no more than a system call (no network round trip).
+    cheap_listing: bool = False
+
+    @abstractmethod
+    def list_names(self, prefix: str) -> list[str]:
+        """The names in the job's directory that start with `prefix` (one listing)."""
+
     def __enter__(self) -> Self:
         return self
 
@@ -291,6 +298,8 @@ def _open_regular(path: Path, *, follow_symlinks: bool) -> tuple[int, int]:
 class LocalMetricsReader(MetricsReader):
     """Reads ``{directory}/{job_id}_metrics.jsonl`` on this machine."""
 
+    cheap_listing = True  # one scandir, no round trip
+
     def __init__(
         self,
         job_id: str,
@@ -354,6 +363,15 @@ class LocalMetricsReader(MetricsReader):
 
     def location(self, suffix: str) -> str:
         return str(self.directory / f"{self.job_id}{suffix}")
+
+    def list_names(self, prefix: str) -> list[str]:
+        try:
+            with os.scandir(self.directory) as entries:
+                return [entry.name for entry in entries if entry.name.startswith(prefix)]
+        except OSError as exc:
+            raise MetricsSourceError(
+                f"cannot list {self.directory}: {exc.strerror or exc}"
+            ) from None
 
     @property
     def status_location(self) -> str:

@@ -116,6 +116,16 @@ class SSHMetricsReader(MetricsReader):
     def location(self, suffix: str) -> str:
         return f"{self.target.address}:{posixpath.join(self.remote_dir, self.job_id + suffix)}"
 
+    def list_names(self, prefix: str) -> list[str]:
+        def listing(sftp: paramiko.SFTPClient) -> list[str]:
+            try:
+                return [name for name in sftp.listdir(self.remote_dir) if name.startswith(prefix)]
+            except (FileNotFoundError, PermissionError) as exc:
+                where = f"{self.target.address}:{self.remote_dir}"
+                raise MetricsSourceError(f"cannot list {where}: {exc}") from None
+
+        return self.connection.run(listing)
+
     def metrics_file_exists(self) -> bool:
         def check(sftp: paramiko.SFTPClient) -> bool:
             try:

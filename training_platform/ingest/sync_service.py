@@ -22,12 +22,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import JobNotFoundError, MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
+from training_platform.ingest.host_files import HostFiles
+from training_platform.ingest.ingest_stats import IngestStats
+from training_platform.ingest.job_position import load_job
 from training_platform.ingest.line_scanner import ReadPosition
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.persister import CommittedBatch, SyncResult, sync_file
@@ -76,6 +77,7 @@ class SyncService:
         listener: SyncListener | None = None,
         stall: StallWatch | None = None,
         line_kinds: Sequence[LineFileKind] = (),
+        host_files: HostFiles | None = None,
     ) -> None:
         self._factory = factory
         self._settings = settings
@@ -85,6 +87,8 @@ class SyncService:
         # Every file of a job whose change is worth a sync, status file aside.
         kinds = (METRICS, *self.line_kinds)
         self.watched_suffixes = (*(kind.suffix for kind in kinds), RUN_SUFFIX)
+        # The hosts' own system files, found by listing (ingest/host_files.py).
+        self.host_files = host_files
         # Marks running jobs gone silent as stalled (None: never, e.g. `sync` once).
         self.stall = stall
         self._readers: dict[str, MetricsReader] = {}
@@ -98,6 +102,7 @@ class SyncService:
         self._seen: dict[str, FileSignature] = {}
         self._statuses: dict[str, str] = {}
         self._failures = FailureLog(logger)  # each job's error, logged once per change
+        self.stats = IngestStats()  # what this process ingested, for GET /metrics
         self._guard = threading.Lock()
 
     @property
@@ -145,9 +150,12 @@ class SyncService:
     def forget_job(self, job_id: str) -> None:
         """The job was deleted: close its reader, drop its state (under the job's lock)."""
         self.forget_reader(job_id)
+        if self.host_files is not None:
+            self.host_files.forget(job_id)
         if self.stall is not None:
             self.stall.forget(job_id)
         self._progress.pop(job_id, None)
+        self.stats.forget(job_id)
         with self._guard:
             self._seen.pop(job_id, None)
             self._statuses.pop(job_id, None)
@@ -225,19 +233,20 @@ class SyncService:
 
     def _sync_job_locked(self, job_id: str, deadline: float | None) -> JobSyncOutcome:
         """`sync_job` once the job's lock is held."""
-        job, position = self._after_discovery(lambda: self._load(job_id))
+        job, position = self._after_discovery(lambda: load_job(self._factory, job_id))
         reader = self._reader(job)
         # Looked at before reading: an append during the sync makes the files
         # differ from this, so the next round reads them again.
         signature = None
         if job.source == "local" and job.metrics_dir:
             directory = local_rollout_dir(job_id, job.metrics_dir, job.rollout_dir)
-            suffixes = self.watched_suffixes
+            suffixes = self.suffixes_of(job_id)
             signature = file_signature(job.metrics_dir, job_id, suffixes, None, directory)
         settled = True  # nothing left that the signature would not notice
         try:
             result = self._sync_file(job_id, reader, METRICS, position, deadline=deadline)
-            for kind in self.line_kinds:
+            line_kinds = self._line_kinds_of(job_id, reader)
+            for kind in line_kinds:
                 if not result.at_eof:
                     break
                 more = self._sync_file(job_id, reader, kind, deadline=deadline)
@@ -257,7 +266,7 @@ class SyncService:
                 # line appended between our two reads would otherwise be
                 # announced after the run's end. One more read catches it.
                 result.add(self._sync_file(job_id, reader, METRICS))
-                for kind in self.line_kinds:
+                for kind in line_kinds:
                     self._sync_file(job_id, reader, kind)
                 settled = self._sync_rollouts(job, reader, None).settled and settled
         except MetricsSourceError as exc:
@@ -271,28 +280,16 @@ class SyncService:
             self._tell(self.listener.status_changed, job)
         return JobSyncOutcome(result, status_changed)
 
-    def _load(self, job_id: str) -> tuple[Job, ReadPosition | None]:
-        """The job and its committed read position, in one statement.
+    def suffixes_of(self, job_id: str) -> tuple[str, ...]:
+        """The suffixes of every file of the job whose change is worth a sync."""
+        if self.host_files is None:
+            return self.watched_suffixes
+        return (*self.watched_suffixes, *self.host_files.suffixes(job_id))
 
-        Read in autocommit (no BEGIN/ROLLBACK round trips): the position is only
-        a starting point, the persister's compare-and-swap checks it. None when
-        the job has no sync_state row yet (the persister creates it).
-        """
-        with self._factory() as session:
-            session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-            row = session.execute(
-                select(Job, SyncState.offset, SyncState.fingerprint, SyncState.discarding)
-                .outerjoin(
-                    SyncState, (SyncState.job_id == Job.job_id) & (SyncState.kind == METRICS.name)
-                )
-                .where(Job.job_id == validate_job_id(job_id))
-            ).first()
-        if row is None:
-            raise JobNotFoundError(f"job {job_id!r} not found")
-        job, offset, fingerprint, discarding = row
-        if offset is None:
-            return job, None
-        return job, ReadPosition(offset, fingerprint, discarding)
+    def _line_kinds_of(self, job_id: str, reader: MetricsReader) -> tuple[LineFileKind, ...]:
+        if self.host_files is None:
+            return self.line_kinds
+        return (*self.line_kinds, *self.host_files.kinds(job_id, reader))
 
     def _sync_file(
         self,
@@ -360,15 +357,12 @@ class SyncService:
         position: ReadPosition | None = None,
     ) -> SyncResult:
         """One committed batch (the persister retries a lost compare-and-swap itself)."""
-        return sync_file(
-            self._factory,
-            job_id,
-            reader,
-            kind,
+        result = sync_file(
+            self._factory, job_id, reader, kind, position=position, max_batches=1,
             on_commit=lambda batch: self._committed(job_id, batch),
-            position=position,
-            max_batches=1,
-        )
+        )  # fmt: skip
+        self.stats.batch(job_id, kind.name, result)
+        return result
 
     def _committed(self, job_id: str, batch: CommittedBatch) -> None:
         if self.stall is not None and batch.kind == METRICS.name:

@@ -38,7 +38,7 @@ class Message(NamedTuple):
     """One message for every subscriber of a job, serialised once."""
 
     seq: int  # the job's commit number it belongs to (see `HandOver`)
-    kind: str  # "metric" | "anomaly" | "samples" | "status" | "finished"
+    kind: str  # "metric" | "anomaly" | "samples" | "system" | "status" | "finished"
     step: int | None
     text: str
 
@@ -78,6 +78,11 @@ def samples_message(seq: int, step: int, count: int) -> Message:
     """`count` samples of `step` landed: the client fetches them over REST if it shows them."""
     text = _dumps({"type": "samples", "step": step, "count": count})
     return Message(seq, "samples", step, text)
+
+
+def system_message(seq: int, sample: dict[str, Any]) -> Message:
+    """One host's system sample: `{"type": "system", "data": {timestamp, host, step, values}}`."""
+    return Message(seq, "system", sample["step"], _dumps({"type": "system", "data": sample}))
 
 
 def status_data(job: Job) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from training_platform.history.metrics_query import list_metrics
 from training_platform.ingest.polling import KnownJob, PollRule, known_jobs
 from training_platform.ingest.readers import STATUS_SUFFIX, discover_job_ids
 from training_platform.ingest.sync_service import SyncService
+from training_platform.ingest.system_file import job_of_host_file
 from training_platform.live.channels import JobChannel, Subscription, status_data
 from training_platform.live.pipeline import LivePipeline
 from training_platform.settings import Settings
@@ -129,6 +130,10 @@ class LiveHub:
         if self.pipeline.webhook is not None:
             await to_thread.run_sync(self.pipeline.webhook.close)
 
+    def polling(self) -> bool:
+        """Whether the background sync's task is running (`GET /readyz` asks)."""
+        return any(task.get_name() == "live-poll" and not task.done() for task in self._tasks)
+
     def forget_job(self, job_id: str) -> None:
         """A deleted job (event loop): drop its stall and detector state, disconnect
         its live subscribers. Its queued syncs find it gone and do nothing."""
@@ -136,6 +141,8 @@ class LiveHub:
             self.pipeline.diagnostics.forget(job_id)
         if self.pipeline.sample_diagnostics is not None:
             self.pipeline.sample_diagnostics.forget(job_id)
+        if self.pipeline.system_diagnostics is not None:
+            self.pipeline.system_diagnostics.forget(job_id)
         self.pipeline.channel(job_id).drop_all("job deleted")
         self.poll_rule.forget(job_id)
         self.jobs_changed()
@@ -318,9 +325,10 @@ class LiveHub:
 
 
 def _job_of(name: str, suffixes: tuple[str, ...]) -> str | None:
-    """The job whose file `name` is (one of `suffixes` after a valid job id), else None."""
+    """The job whose file `name` is (one of `suffixes` after a valid job id, or one
+    of its hosts' system files), else None."""
     for suffix in suffixes:
         if name.endswith(suffix):
             job_id = name[: -len(suffix)]
             return job_id if JOB_ID_PATTERN.fullmatch(job_id) else None
-    return None
+    return job_of_host_file(name)

@@ -35,6 +35,8 @@ from training_platform.history.incidents import merge_incidents
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.persister import CommittedBatch
 from training_platform.ingest.samples_file import SAMPLES
+from training_platform.ingest.system_file import SYSTEM
+from training_platform.ingest.system_lines import system_message_data
 from training_platform.live.channels import (
     JobChannel,
     Message,
@@ -43,10 +45,12 @@ from training_platform.live.channels import (
     samples_message,
     status_data,
     status_messages,
+    system_message,
 )
 from training_platform.live.diagnostics import PlatformDiagnostics
 from training_platform.live.sample_diagnostics import SampleDiagnostics
 from training_platform.live.status_coalescer import StatusCoalescer
+from training_platform.live.system_diagnostics import SystemDiagnostics
 from training_platform.live.webhooks import WebhookNotifier
 from training_platform.store.live_outbox import OutboxEntry
 from training_platform.store.metric_rows import record_nonfinite_as_strings
@@ -78,6 +82,7 @@ class LivePipeline:
         max_message_bytes: int,
         diagnostics: PlatformDiagnostics | None,
         sample_diagnostics: SampleDiagnostics | None = None,
+        system_diagnostics: SystemDiagnostics | None = None,
         webhook: WebhookNotifier | None = None,
         status_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -86,6 +91,7 @@ class LivePipeline:
         self.max_message_bytes = max_message_bytes
         self.diagnostics = diagnostics
         self.sample_diagnostics = sample_diagnostics
+        self.system_diagnostics = system_diagnostics
         self.webhook = webhook
         self._channels: dict[str, JobChannel] = {}
         self._announced: dict[str, tuple[Any, ...]] = {}
@@ -128,6 +134,12 @@ class LivePipeline:
         if batch.kind == SAMPLES.name:
             self._samples_committed(job_id, batch)
             return
+        if batch.kind == SYSTEM.name:
+            samples = [system_message_data(sample) for sample in batch.records]
+            seq = self._emit(job_id, SYSTEM.name, {"samples": samples}, seq=batch.seq)
+            if self.system_diagnostics is not None:
+                self._announce(job_id, seq, self.system_diagnostics.diagnose(job_id, samples))
+            return
         if batch.kind != METRICS.name:
             return  # a kind of file nothing live is made of
         records = batch.records
@@ -135,6 +147,8 @@ class LivePipeline:
         anomalies = list(batch.anomalies)
         if self.diagnostics is not None:
             anomalies += self.diagnostics.diagnose(job_id, records)
+        if self.system_diagnostics is not None:  # a host whose sampler went quiet
+            anomalies += self.system_diagnostics.records_landed(job_id, records)
         # The platform diagnoses the very records that carry the callback's
         # findings, so both sources of an incident are in this batch: merged
         # here, it goes out once, and never as a second message later.
@@ -206,6 +220,8 @@ class LivePipeline:
         elif entry.kind == SAMPLES.name:
             steps = payload["steps"]
             self._deliver(channel, [samples_message(seq, step, count) for step, count in steps])
+        elif entry.kind == SYSTEM.name:
+            self._deliver(channel, [system_message(seq, sample) for sample in payload["samples"]])
         elif entry.kind == STATUS:
             send = self.statuses.announce if payload["urgent"] else self.statuses.progress
             self._schedule(send, channel, status_messages(seq, payload["status"]))

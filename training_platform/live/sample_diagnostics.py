@@ -10,19 +10,15 @@ findings new to the store, so nothing is announced twice.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.ingest.metrics_file import upsert_anomalies
-from training_platform.live.incident_extents import record_extents
+from training_platform.live.anomaly_store import JobMonitors, store_findings
 from training_platform.live.sample_detectors import SampleMonitor
 from training_platform.live.sample_step import SampleFinding
-from training_platform.store.models import Anomaly
 
 SOURCE: Final = "samples"
 
@@ -35,8 +31,7 @@ class SampleDiagnostics:
     ) -> None:
         self._factory = factory
         self._clock = clock
-        self._monitors: dict[str, SampleMonitor] = {}
-        self._guard = threading.Lock()
+        self._monitors = JobMonitors(SampleMonitor)
 
     def diagnose(self, job_id: str, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Check the steps of a committed batch; return the anomaly rows new to the store.
@@ -48,8 +43,7 @@ class SampleDiagnostics:
         by_step: dict[int, list[dict[str, Any]]] = {}
         for sample in samples:
             by_step.setdefault(sample["step"], []).append(sample)
-        with self._guard:
-            monitor = self._monitors.setdefault(job_id, SampleMonitor())
+        monitor = self._monitors.get(job_id)
         findings: list[SampleFinding] = []
         for step in sorted(by_step):
             findings += monitor.check(by_step[step])
@@ -60,8 +54,7 @@ class SampleDiagnostics:
         return self._store(job_id, findings, extents)
 
     def forget(self, job_id: str) -> None:
-        with self._guard:
-            self._monitors.pop(job_id, None)
+        self._monitors.forget(job_id)
 
     def _store(
         self,
@@ -84,27 +77,4 @@ class SampleDiagnostics:
             }
             for finding in findings
         ]
-        steps = sorted({row["step"] for row in rows})
-        with self._factory() as session:
-            existing = {
-                (step, kind)
-                for step, kind in session.execute(
-                    select(Anomaly.step, Anomaly.type).where(
-                        Anomaly.job_id == job_id,
-                        Anomaly.source == SOURCE,
-                        Anomaly.step.in_(steps),
-                    )
-                )
-            }
-            if rows:
-                upsert_anomalies(session, rows)
-            record_extents(session, job_id, SOURCE, extents)
-            session.commit()
-        new: list[dict[str, Any]] = []
-        seen = set(existing)
-        for row in rows:
-            key = (row["step"], row["type"])
-            if key not in seen:
-                seen.add(key)
-                new.append(row)
-        return new
+        return store_findings(self._factory, job_id, SOURCE, rows, extents)

@@ -30,6 +30,9 @@ from training_platform.store.models import (
     Sample,
     SamplePrompt,
     SyncState,
+    SystemBlock,
+    SystemLayout,
+    SystemRollup,
     TrainingMetric,
 )
 from training_platform.store.run_meta import run_filters
@@ -291,8 +294,15 @@ def delete_job(session: Session, job_id: str) -> None:
     alone: SQLite enforces foreign keys only on connections that ask for it.
     """
     get_job(session, job_id)
+    layouts = select(SystemLayout.id).where(SystemLayout.job_id == job_id).scalar_subquery()
+    for by_layout in (SystemRollup, SystemBlock):
+        session.execute(
+            delete(by_layout)
+            .where(by_layout.layout_id.in_(layouts))
+            .execution_options(synchronize_session=False)
+        )
     tables = (Anomaly, MetricRollup, RollupColumn, TrainingMetric, Sample, SamplePrompt, SyncState)
-    for table in (*tables, RunFile, JobTag):
+    for table in (*tables, SystemLayout, RunFile, JobTag):
         session.execute(
             delete(table).where(table.job_id == job_id).execution_options(synchronize_session=False)
         )

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from training_platform.store.models import Job, LiveOutbox
 
-ANNOUNCED_KINDS: Final = ("metrics", "samples")
+ANNOUNCED_KINDS: Final = ("metrics", "samples", "system")
 """The line files whose batches are announced live (the others are only stored)."""
 
 

@@ -241,7 +241,8 @@ class Anomaly(Base):
     type: Mapped[str] = mapped_column(String(64))
     severity: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text, default="")
-    source: Mapped[str] = mapped_column(String(16))  # "callback" | "platform" | "samples"
+    # "callback" | "platform" | "samples" | "system"
+    source: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
     # What shows it, when a detector can point at it: the sample indexes of
     # the step for a finding from samples.
@@ -334,3 +335,60 @@ class RollupColumn(Base):
     chunk: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     series: Mapped[str] = mapped_column(Text, primary_key=True)
     payload: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class SystemLayout(Base):
+    """The series one host's system samples carry, in the order of their values.
+
+    A host keeps one layout while its sampler reports the same things; a GPU
+    list that changes length mid-run starts another (store/system_values.py).
+    """
+
+    __tablename__ = "system_layouts"
+    __table_args__ = (UniqueConstraint("job_id", "host", "digest"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"))
+    host: Mapped[str] = mapped_column(String(255))
+    digest: Mapped[str] = mapped_column(String(64))
+    series: Mapped[list[str]] = mapped_column(JSON)
+
+
+class SystemBlock(Base):
+    """Up to a minute of one layout's samples, compressed together (store/system_blocks.py).
+
+    A sample a second for a month is 2.6 million samples a host: stored a row
+    each they would outweigh the run's metrics many times over; a minute of
+    them compresses well (most series hardly move). The newest line for
+    (host, timestamp) wins. A rowid table on SQLite, unlike the rollups: a
+    block of several KB would spill out of a WITHOUT ROWID table's pages
+    into overflow pages mostly left empty.
+    """
+
+    __tablename__ = "system_blocks"
+
+    layout_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("system_layouts.id", ondelete="CASCADE"), primary_key=True
+    )
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    sample_count: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class SystemRollup(Base):
+    """Per layout, `width` seconds of samples summarised: each series' smallest and
+    largest value (store/system_values.py), so a month-long query reads a few
+    hundred rows, not millions."""
+
+    __tablename__ = "system_rollups"
+    __table_args__ = ({"sqlite_with_rowid": False},)
+
+    layout_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("system_layouts.id", ondelete="CASCADE"), primary_key=True
+    )
+    width: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    sample_count: Mapped[int] = mapped_column(Integer)
+    first_timestamp: Mapped[float] = mapped_column(Float)
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
+    stats: Mapped[bytes] = mapped_column(LargeBinary)

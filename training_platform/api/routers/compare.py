@@ -19,7 +19,9 @@ from training_platform.history.compare import (
     compare_histories,
     config_differences,
 )
+from training_platform.history.compare_system import split_system_fields
 from training_platform.history.smoothing import Smoothing
+from training_platform.history.system_query import ANSWER_JSON
 from training_platform.store.jobs import label_jobs
 from training_platform.store.run_meta import run_files_of, shown_name
 
@@ -70,7 +72,11 @@ def compare_route(
     jobs: JobsQuery,
     fields: Annotated[
         str | None,
-        Query(max_length=8192, description="Series or groups, as for /metrics; default all."),
+        Query(
+            max_length=8192,
+            description="Series or groups, as for /metrics; default all. `system` or "
+            "`system.<name>` (system.gpu_utilization, ...): the run-level system series.",
+        ),
     ] = None,
     max_points: Annotated[int, Query(ge=2, le=MAX_POINTS)] = 1000,
     start_step: StepQuery = None,
@@ -104,8 +110,9 @@ def compare_route(
         chosen = Smoothing("window", window=window)
     elif smoothing:
         chosen = Smoothing("ema", weight=smoothing)
+    metric_fields, system = split_system_fields(parse_fields(fields))
     entries = compare_histories(
-        session, job_ids, fields=parse_fields(fields), max_points=max_points,
+        session, job_ids, fields=metric_fields, system=system, max_points=max_points,
         start_step=start_step, end_step=end_step, x=x, smoothing=chosen,
         exact_rows=settings.compare_exact_smoothing_rows,
         max_bytes=settings.history_max_response_bytes, max_series=settings.history_max_series,
@@ -119,7 +126,7 @@ def compare_route(
             entry["status"] = summary.job.status
             entry["health"] = summary.health
     body = {"x": x, "smoothing": chosen.describe() if chosen else None, "jobs": entries}
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(orjson.dumps(body, option=ANSWER_JSON), media_type="application/json")
 
 
 @router.get("/config", summary="Config differences", responses=ANSWERS)

@@ -142,7 +142,8 @@ def anomalies(
     start_step: StepQuery = None,
     end_step: StepQuery = None,
     source: Annotated[
-        str | None, Query(pattern="^(callback|platform|samples)$", description="Only this source.")
+        str | None,
+        Query(pattern="^(callback|platform|samples|system)$", description="Only this source."),
     ] = None,
     raw: Annotated[
         bool,

@@ -1,16 +1,19 @@
-"""Records flattened into dotted columns, and each column's type from the values seen.
+"""The flat formats' columns: their names, each one's type from the values seen, and
+chunks of rows held column by column (`ColumnChunk`).
 
 A record's groups become ``group.field`` columns (``loss.actor_loss``,
 ``timing.rollout``, ``extra.actor/entropy``); the groups a trainer invented
 (kept under ``other``) flatten the same way, as the series of a history do
 (`history/series/buckets.py`). A value that is itself a list or an object
 (the callback's ``anomalies``, a nested ``extra`` value) is one column of
-JSON text. Non-finite numbers stay floats here; each writer spells them.
+JSON text (`metrics.py` finds a record's columns and reads them). Non-finite
+numbers stay floats here; each writer spells them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import orjson
@@ -30,28 +33,28 @@ _FIXED_ORDER: Final = tuple(
 _KIND_OF_TYPE: Final[dict[type, Kind]] = {bool: "bool", int: "int", float: "float", str: "str"}
 
 
-def flatten_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A record (docs/contract.md §2's nested shape) as ``{"group.field": value}``."""
-    flat: dict[str, Any] = {"step": record["step"], "timestamp": record.get("timestamp")}
-    for group, values in record.items():
-        if group in LEADING:
-            continue
-        if group == "other" and isinstance(values, Mapping):
-            for name, fields in values.items():
-                _put(flat, str(name), fields)
-        elif group == "anomalies":
-            flat["anomalies"] = values
-        else:
-            _put(flat, group, values)
-    return flat
+@dataclass
+class ColumnChunk:
+    """Consecutive rows of an export, column by column (CSV and Parquet are written from
+    this: no dict per row). `columns` holds the values of the export's columns (one
+    missing: no value in these rows); `nonfinite` the cells holding a NaN or an
+    infinity (a real float), which CSV spells."""
+
+    size: int
+    columns: dict[str, list[Any]]
+    nonfinite: list[tuple[str, int]] = field(default_factory=list)
 
 
-def _put(flat: dict[str, Any], group: str, fields: Any) -> None:
-    if not isinstance(fields, Mapping):
-        flat[group] = fields
-        return
-    for name, value in fields.items():
-        flat[f"{group}.{name}"] = value
+def chunk_of_rows(rows: Sequence[Mapping[str, Any]], columns: Columns) -> ColumnChunk:
+    """Flat rows (``{"group.field": value}``) as a `ColumnChunk` of `columns`."""
+    values = {name: [row.get(name) for row in rows] for name in columns}
+    nonfinite = [
+        (name, index)
+        for name, column in values.items()
+        for index, value in enumerate(column)
+        if type(value) is float and value - value != 0.0
+    ]
+    return ColumnChunk(len(rows), values, nonfinite)
 
 
 def kind_of(value: Any) -> Kind | None:

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from training_platform.history.export.columns import ColumnChunk
+from training_platform.history.export.metrics import SessionFactory
 from training_platform.history.export.sources import (
     CHUNK_ROWS,
     ExportPlan,
     Kind,
-    SessionFactory,
     nested_fields,
     plan_export,
     read_chunks,
+    read_records,
 )
-from training_platform.history.export.writers import Format, encode, require_pyarrow
+from training_platform.history.export.writers import Format, encode, jsonl_bytes, require_pyarrow
+
+Progress = Callable[[int, int], None]  # (rows in the chunk just written, its last step)
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,11 @@ def start_export(
     end_step: int | None = None,
     fields: Iterable[str] | None = None,
     chunk_rows: int = CHUNK_ROWS,
-    on_chunk: Callable[[list[dict[str, Any]]], None] | None = None,
+    on_chunk: Progress | None = None,
 ) -> Export:
     """Everything that can refuse the export runs here, before any byte: pyarrow
-    missing (`MissingExtraError`), a field matching no column (422). `on_chunk` sees
-    each chunk of rows as it is written (a progress bar)."""
+    missing (`MissingExtraError`), a field matching no column (422). `on_chunk` is
+    told of each chunk as it is written (a progress bar): its rows and last step."""
     if fmt == "parquet":
         require_pyarrow()
     names = None if fields is None else frozenset(fields)
@@ -59,18 +63,25 @@ def start_export(
         flat=fmt != "jsonl",
         chunk_rows=chunk_rows,
     )
-    chunks = read_chunks(session_factory, plan, chunk_rows=chunk_rows, nested=fmt == "jsonl")
-    if on_chunk is not None:
-        chunks = _seen(chunks, on_chunk)
-    if fmt == "jsonl" and names is not None:
-        chunks = ([nested_fields(row, names) for row in chunk] for chunk in chunks)
     suffix = "" if kind == "metrics" else f"_{kind}"
-    return Export(plan, encode(fmt, plan.columns, chunks), f"{job_id}{suffix}.{fmt}")
+    filename = f"{job_id}{suffix}.{fmt}"
+    if fmt == "jsonl":
+        records = read_records(session_factory, plan, chunk_rows=chunk_rows)
+        if names is not None:
+            records = ([nested_fields(row, names) for row in chunk] for chunk in records)
+        if on_chunk is not None:
+            records = _seen(records, lambda rows: on_chunk(len(rows), rows[-1]["step"]))
+        return Export(plan, jsonl_bytes(records), filename)
+    chunks = read_chunks(session_factory, plan, chunk_rows=chunk_rows)
+    if on_chunk is not None:
+        chunks = _seen(chunks, lambda chunk: on_chunk(chunk.size, chunk.columns["step"][-1]))
+    return Export(plan, encode(fmt, plan.columns, chunks), filename)
 
 
-def _seen(
-    chunks: Iterator[list[dict[str, Any]]], on_chunk: Callable[[list[dict[str, Any]]], None]
-) -> Iterator[list[dict[str, Any]]]:
+T = TypeVar("T", ColumnChunk, list[dict[str, Any]])
+
+
+def _seen(chunks: Iterator[T], on_chunk: Callable[[T], None]) -> Iterator[T]:
     for chunk in chunks:
         yield chunk
         on_chunk(chunk)

@@ -10,9 +10,8 @@ a file that grows while it is read.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from sqlalchemy import and_, func, or_, select
@@ -21,38 +20,31 @@ from sqlalchemy.orm import Session
 from training_platform.callbacks.wire.schema import NONFINITE_VALUES
 from training_platform.history.export.columns import (
     LEADING,
+    ColumnChunk,
     Columns,
     ColumnSet,
-    flatten_record,
+    chunk_of_rows,
     select_columns,
 )
-from training_platform.store.metric_rows import COLUMN_OF, row_to_record
-from training_platform.store.models import Anomaly, Sample, SamplePrompt, TrainingMetric
+from training_platform.history.export.metrics import (
+    Path,
+    SessionFactory,
+    metric_chunks,
+    metric_columns,
+    read_metric_columns,
+)
+from training_platform.history.samples_query import SAMPLE_COLUMNS, SAMPLES_JOINED, sample_record
+from training_platform.store.metric_rows import row_to_record
+from training_platform.store.models import Anomaly, Sample, TrainingMetric
 
 Kind = Literal["metrics", "samples", "anomalies"]
 KINDS: Final[tuple[Kind, ...]] = ("metrics", "samples", "anomalies")
 CHUNK_ROWS: Final = 2_000  # rows per query: ~1 MB of records, a Parquet row group
-SessionFactory = Callable[[], Session]
 
-_METRIC_COLUMNS: Final = tuple(TrainingMetric.__table__.columns)
-_SAMPLE_COLUMNS: Final = (
-    Sample.step,
-    Sample.sample_index,
-    Sample.timestamp,
-    SamplePrompt.text,
-    SamplePrompt.digest,
-    Sample.completion,
-    Sample.reward,
-    Sample.reward_nonfinite,
-    Sample.rewards,
-    Sample.group_key,
-    Sample.response_length,
-    Sample.completion_chars,
-    Sample.finish_reason,
-    Sample.extra,
-)
-_SAMPLES_JOINED: Final = Sample.__table__.join(
-    SamplePrompt.__table__, SamplePrompt.id == Sample.prompt_id
+# Step first: the keyset (`metric_chunks`) carries on after the last row's.
+_METRIC_COLUMNS: Final = (
+    TrainingMetric.step,
+    *(column for column in TrainingMetric.__table__.columns if column.name != "step"),
 )
 _ANOMALY_COLUMNS: Final[Columns] = {
     "step": "int",
@@ -76,6 +68,8 @@ class ExportPlan:
     start_step: int
     end: int | None
     columns: Columns
+    # Where the values of the metrics' JSON columns sit in a record (metrics.py).
+    paths: Mapping[str, Path] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -94,8 +88,9 @@ def plan_export(
     chunk_rows: int = CHUNK_ROWS,
 ) -> ExportPlan:
     """The snapshot's bound, then (for CSV and Parquet, `flat`) the columns: a first
-    pass over the same rows, so a column first logged late in the run is there
-    from the header on. 422 for `fields` naming no column."""
+    pass over the same rows (the metrics': their JSON groups' shapes only,
+    `metric_columns`), so a column first logged late in the run is there from the
+    header on. 422 for `fields` naming no column."""
     start = start_step or 0
     with session_factory() as session:
         end = _snapshot_end(session, job_id, kind, start, end_step)
@@ -105,92 +100,18 @@ def plan_export(
         return ExportPlan(job_id, kind, start, end, columns)
     if not flat and fields is None:
         return plan
-    if kind == "metrics":
-        found = _metric_fields(session_factory, plan, chunk_rows)
-    else:
-        found = ColumnSet(_leading(kind).items())
-        for chunk in read_chunks(session_factory, plan, chunk_rows=chunk_rows):
+    found, paths = ColumnSet(_leading(kind).items()), dict[str, Path]()
+    if kind == "metrics" and end is not None:
+        found, paths = metric_columns(
+            session_factory, job_id, start, end, _leading(kind), chunk_rows
+        )
+    elif kind == "samples":
+        for chunk in _records(session_factory, plan, chunk_rows, nested=False):
             for row in chunk:
                 found.add(row)
     what = f"the {kind} of job {job_id!r}"
     columns = select_columns(found.columns(fixed_first=kind == "metrics"), fields, what=what)
-    return ExportPlan(job_id, kind, start, end, columns)
-
-
-_FIXED: Final = tuple((f"{group}.{field}", column) for (group, field), column in COLUMN_OF.items())
-_SERIES_OF_COLUMN: Final = {column: series for series, column in _FIXED}
-_FIELD_COLUMNS: Final = (
-    TrainingMetric.step,
-    TrainingMetric.timing,
-    TrainingMetric.extra,
-    TrainingMetric.other,
-    TrainingMetric.anomalies,
-    TrainingMetric.nonfinite,
-)
-
-
-def _metric_fields(session_factory: SessionFactory, plan: ExportPlan, chunk_rows: int) -> ColumnSet:
-    """The metrics' columns, reading only what varies: one count per numeric column
-    (a fixed series is a column when the run logged it), then the JSON groups a
-    chunk at a time (their keys and kinds; a non-finite mark is a float)."""
-    found = ColumnSet(_leading("metrics").items())
-    if plan.end is None:
-        return found
-    in_range = (
-        TrainingMetric.job_id == plan.job_id,
-        TrainingMetric.step >= plan.start_step,
-        TrainingMetric.step <= plan.end,
-    )
-    with session_factory() as session:
-        counts = (
-            session.connection()
-            .execute(
-                select(
-                    *(func.count(getattr(TrainingMetric, column)) for _, column in _FIXED)
-                ).where(*in_range)
-            )
-            .one()
-        )
-    fixed = {series for (series, _), count in zip(_FIXED, counts, strict=True) if count}
-    after = plan.start_step - 1
-    while True:
-        with session_factory() as session:
-            rows = (
-                session.connection()
-                .execute(
-                    select(*_FIELD_COLUMNS)
-                    .where(*in_range, TrainingMetric.step > after)
-                    .order_by(TrainingMetric.step)
-                    .limit(chunk_rows)
-                )
-                .all()
-            )
-        for row in rows:
-            marks = row.nonfinite or {}
-            fixed.update(_SERIES_OF_COLUMN[key] for key in marks if key in _SERIES_OF_COLUMN)
-            flat: dict[str, Any] = {}
-            for group in ("timing", "extra"):
-                flat.update(_marked(group, getattr(row, group), marks.get(group)))
-            for group, values in (row.other or {}).items():
-                flat.update(_marked(str(group), values, (marks.get("other") or {}).get(group)))
-            if row.anomalies:
-                flat["anomalies"] = row.anomalies
-            found.add(flat)
-        if len(rows) < chunk_rows:
-            break
-        after = rows[-1].step
-    found.add({series: 0.0 for series in fixed})
-    return found
-
-
-def _marked(group: str, values: Any, marks: dict[str, str] | None) -> dict[str, Any]:
-    """A JSON group's values as dotted columns; a non-finite one (stored null) a float."""
-    if not isinstance(values, dict):
-        return {} if values is None else {group: values}
-    flat = {f"{group}.{name}": value for name, value in values.items()}
-    for name in marks or ():
-        flat[f"{group}.{name}"] = math.nan
-    return flat
+    return ExportPlan(job_id, kind, start, end, columns, paths)
 
 
 def _leading(kind: Kind) -> Columns:
@@ -218,15 +139,34 @@ def _snapshot_end(
 
 
 def read_chunks(
-    session_factory: SessionFactory,
-    plan: ExportPlan,
-    *,
-    chunk_rows: int = CHUNK_ROWS,
-    nested: bool = False,
+    session_factory: SessionFactory, plan: ExportPlan, *, chunk_rows: int = CHUNK_ROWS
+) -> Iterator[ColumnChunk]:
+    """The plan's rows in order, at most `chunk_rows` per chunk, as the columns of the
+    flat formats (dotted names, real floats)."""
+    if plan.end is None:
+        return
+    if plan.kind == "metrics":
+        yield from read_metric_columns(
+            session_factory, plan.job_id, plan.start_step, plan.end, plan.columns, plan.paths,
+            chunk_rows,
+        )  # fmt: skip
+        return
+    for rows in _records(session_factory, plan, chunk_rows, nested=False):
+        yield chunk_of_rows(rows, plan.columns)
+
+
+def read_records(
+    session_factory: SessionFactory, plan: ExportPlan, *, chunk_rows: int = CHUNK_ROWS
 ) -> Iterator[list[dict[str, Any]]]:
-    """The plan's rows in order, at most `chunk_rows` per list: flat dicts (dotted
-    columns, real floats), or with `nested` the API's shapes (a metrics record as
-    `GET .../metrics` answers it, non-finite numbers as "NaN", "Infinity", ...)."""
+    """The plan's rows in order, at most `chunk_rows` per list, in the API's shapes (a
+    metrics record as `GET .../metrics` answers it, non-finite numbers as "NaN",
+    "Infinity", ...): the lines of JSONL."""
+    return _records(session_factory, plan, chunk_rows, nested=True)
+
+
+def _records(
+    session_factory: SessionFactory, plan: ExportPlan, chunk_rows: int, nested: bool
+) -> Iterator[list[dict[str, Any]]]:
     if plan.end is None:
         return
     read = {"metrics": _metric_rows, "samples": _sample_rows, "anomalies": _anomaly_rows}
@@ -236,34 +176,12 @@ def read_chunks(
 def _metric_rows(
     session_factory: SessionFactory, plan: ExportPlan, chunk_rows: int, nested: bool
 ) -> Iterator[list[dict[str, Any]]]:
-    after = plan.start_step - 1
-    while True:
-        with session_factory() as session:
-            # Core rows through the connection, not ORM objects: no identity map to
-            # grow, and no ORM loading step (a third of the time of a read).
-            rows = (
-                session.connection()
-                .execute(
-                    select(*_METRIC_COLUMNS)
-                    .where(
-                        TrainingMetric.job_id == plan.job_id,
-                        TrainingMetric.step > after,
-                        TrainingMetric.step <= plan.end,
-                    )
-                    .order_by(TrainingMetric.step)
-                    .limit(chunk_rows)
-                )
-                .all()
-            )
-        if not rows:
-            return
-        if nested:
-            yield [row_to_record(row, nonfinite_as_strings=True) for row in rows]
-        else:
-            yield [flatten_record(row_to_record(row)) for row in rows]
-        if len(rows) < chunk_rows:
-            return
-        after = rows[-1].step
+    """Nested records (JSONL); the flat formats read columns (`read_metric_columns`)."""
+    assert plan.end is not None
+    for rows in metric_chunks(
+        session_factory, plan.job_id, plan.start_step, plan.end, chunk_rows, _METRIC_COLUMNS
+    ):
+        yield [row_to_record(row, nonfinite_as_strings=nested) for row in rows]
 
 
 def _sample_rows(
@@ -275,8 +193,8 @@ def _sample_rows(
             rows = (
                 session.connection()
                 .execute(
-                    select(*_SAMPLE_COLUMNS)
-                    .select_from(_SAMPLES_JOINED)
+                    select(*SAMPLE_COLUMNS)
+                    .select_from(SAMPLES_JOINED)
                     .where(
                         Sample.job_id == plan.job_id,
                         Sample.step <= plan.end,
@@ -299,28 +217,13 @@ def _sample_rows(
 
 
 def _sample(row: Any, nested: bool) -> dict[str, Any]:
-    """A sample as `GET .../samples` shows it (nested), or flattened."""
-    reward = row.reward
-    if reward is None and row.reward_nonfinite is not None:
-        reward = row.reward_nonfinite if nested else NONFINITE_VALUES[row.reward_nonfinite]
-    sample: dict[str, Any] = {
-        "step": row.step,
-        "index": row.sample_index,
-        "timestamp": row.timestamp,
-        "prompt": row.text,
-        "prompt_digest": row.digest,
-        "completion": row.completion,
-        "reward": reward,
-        "rewards": row.rewards,
-        "group": row.group_key,
-        "response_length": row.response_length,
-        "length": row.response_length if row.response_length is not None else row.completion_chars,
-        "finish_reason": row.finish_reason,
-        "extra": row.extra,
-    }
+    """A sample as `GET .../samples` shows it (nested), or flattened (real floats)."""
+    sample = sample_record(row)
     if nested:
         return sample
     flat = {key: value for key, value in sample.items() if key not in ("rewards", "extra")}
+    if row.reward is None and row.reward_nonfinite is not None:
+        flat["reward"] = NONFINITE_VALUES[row.reward_nonfinite]
     for group in ("rewards", "extra"):
         for name, value in (sample[group] or {}).items():
             flat[f"{group}.{name}"] = value

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import orjson
 
 from training_platform.errors import MissingExtraError
-from training_platform.history.export.columns import Columns, as_text
+from training_platform.history.export.columns import ColumnChunk, Columns, as_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,6 +36,7 @@ MEDIA_TYPES: Final[dict[Format, str]] = {
 }
 EXPORT_EXTRA: Final = "export"
 Rows = Iterable[list[dict[str, Any]]]
+Chunks = Iterable[ColumnChunk]
 
 
 def require_pyarrow() -> Any:
@@ -50,13 +51,11 @@ def require_pyarrow() -> Any:
     return pq
 
 
-def encode(fmt: Format, columns: Columns, chunks: Rows) -> Iterator[bytes]:
-    """The file's bytes, a piece per chunk (CSV and Parquet: flat rows; JSONL: nested)."""
+def encode(fmt: Format, columns: Columns, chunks: Chunks) -> Iterator[bytes]:
+    """The bytes of a CSV or Parquet file, a piece per chunk of columns."""
     if fmt == "csv":
         return csv_bytes(columns, chunks)
-    if fmt == "parquet":
-        return parquet_bytes(columns, chunks)
-    return jsonl_bytes(chunks)
+    return parquet_bytes(columns, chunks)
 
 
 def jsonl_bytes(chunks: Rows) -> Iterator[bytes]:
@@ -65,25 +64,24 @@ def jsonl_bytes(chunks: Rows) -> Iterator[bytes]:
 
 
 _NONFINITE_CSV: Final = {math.inf: "inf", -math.inf: "-inf"}
+_BOOL_CSV: Final = {True: "true", False: "false"}
 
 
-def _csv_cell(value: Any, kind: str) -> Any:
-    if value is None:
-        return ""
-    if type(value) is float:
-        if value - value != 0.0:
-            return _NONFINITE_CSV.get(value, "NaN")
-        return repr(value)  # the shortest text that reads back as the same double
-    if type(value) is bool:
-        return "true" if value else "false"
-    if kind in ("str", "json") or type(value) is not int:
-        return as_text(value)
-    return value
+def _csv_column(values: list[Any] | None, kind: str, size: int) -> list[Any]:
+    """A column's cells: csv.writer writes None as nothing, an int as itself and a
+    float as its repr (the shortest text that reads back as the same double)."""
+    if values is None:
+        return [None] * size
+    if kind in ("int", "float"):
+        return values
+    if kind == "bool":
+        return [None if value is None else _BOOL_CSV.get(value, value) for value in values]
+    return [value if value is None or type(value) is str else as_text(value) for value in values]
 
 
-def csv_bytes(columns: Columns, chunks: Rows) -> Iterator[bytes]:
+def csv_bytes(columns: Columns, chunks: Chunks) -> Iterator[bytes]:
     names = list(columns)
-    kinds = list(columns.values())
+    position = {name: index for index, name in enumerate(names)}
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(names)
@@ -91,10 +89,13 @@ def csv_bytes(columns: Columns, chunks: Rows) -> Iterator[bytes]:
     for chunk in chunks:
         buffer.seek(0)
         buffer.truncate()
-        writer.writerows(
-            [_csv_cell(row.get(name), kind) for name, kind in zip(names, kinds, strict=True)]
-            for row in chunk
-        )
+        cells = [_csv_column(chunk.columns.get(name), kind, chunk.size) for name, kind in
+                 columns.items()]  # fmt: skip
+        for name, index in chunk.nonfinite:
+            if name in position:
+                value = chunk.columns[name][index]
+                cells[position[name]][index] = _NONFINITE_CSV.get(value, "NaN")
+        writer.writerows(zip(*cells, strict=True))
         yield buffer.getvalue().encode()
 
 
@@ -137,14 +138,17 @@ def arrow_schema(columns: Columns) -> pa.Schema:
     return pa.schema([(name, types.get(kind, pa.string())) for name, kind in columns.items()])
 
 
-def arrow_table(columns: Columns, schema: pa.Schema, chunk: list[dict[str, Any]]) -> pa.Table:
+def arrow_table(columns: Columns, schema: pa.Schema, chunk: ColumnChunk) -> pa.Table:
     """A chunk as a table of `schema`; a value that no longer fits its column's type
     (a step rewritten since the first pass) is left out rather than failing the file."""
     import pyarrow as pa
 
     arrays = []
     for (name, kind), field in zip(columns.items(), schema, strict=True):
-        values = [row.get(name) for row in chunk]
+        values = chunk.columns.get(name)
+        if values is None:
+            arrays.append(pa.nulls(chunk.size, field.type))
+            continue
         if kind in ("str", "json"):
             values = [None if value is None else as_text(value) for value in values]
         try:
@@ -164,7 +168,7 @@ def _fit(value: Any, kind: str) -> Any:
     return value
 
 
-def parquet_bytes(columns: Columns, chunks: Rows) -> Iterator[bytes]:
+def parquet_bytes(columns: Columns, chunks: Chunks) -> Iterator[bytes]:
     """One row group per chunk, each handed over as soon as it is written."""
     pq = require_pyarrow()
     schema = arrow_schema(columns)
@@ -172,7 +176,8 @@ def parquet_bytes(columns: Columns, chunks: Rows) -> Iterator[bytes]:
     writer = pq.ParquetWriter(sink, schema, compression="zstd")
     try:
         for chunk in chunks:
-            writer.write_table(arrow_table(columns, schema, chunk), row_group_size=len(chunk) or 1)
+            table = arrow_table(columns, schema, chunk)
+            writer.write_table(table, row_group_size=chunk.size or 1)
             if piece := sink.take():
                 yield piece
     finally:

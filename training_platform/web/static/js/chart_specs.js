@@ -76,7 +76,20 @@ export function claimedKeys(spec) {
 // other group (a trainer's own) comes after these, by name.
 export const GROUP_TITLES = {
   loss: "Loss", reward: "Reward", kl: "KL", gradient: "Gradient",
-  performance: "Performance", timing: "Timing", extra: "Extra",
+  performance: "Performance", timing: "Timing", extra: "Extra", system: "System",
+};
+
+// The Compare view's run-level system series (history/compare_system.py): what each is.
+const SYSTEM_TITLES = {
+  "system.gpu_utilization": "GPU utilization (%, mean of all GPUs)",
+  "system.gpu_memory_used_gib": "GPU memory used (GiB, fullest GPU)",
+  "system.gpu_power_w": "GPU power (W, all GPUs)",
+  "system.gpu_temperature_c": "GPU temperature (°C, hottest GPU)",
+  "system.cpu_percent": "CPU (%, all hosts)",
+  "system.memory_used_gib": "Memory used (GiB, all hosts)",
+  "system.disk_used_percent": "Disk used (%, fullest host)",
+  "system.network_recv_mib_s": "Network received (MiB/s, all hosts)",
+  "system.network_sent_mib_s": "Network sent (MiB/s, all hosts)",
 };
 
 /** The group of a series key: what comes before its first dot ("" when none). */
@@ -99,6 +112,7 @@ export function seriesTitle(key) {
   const fixed = CHARTS.find((spec) => (spec.pick ? spec.pick.includes(key)
     : spec.lines && spec.lines.length === 1 && !spec.band && spec.lines[0].key === key));
   if (fixed) return fixed.title;
+  if (SYSTEM_TITLES[key]) return SYSTEM_TITLES[key];
   const group = groupOf(key);
   if (!group) return key;
   const field = key.slice(group.length + 1).replace(/_/g, " ");

@@ -1,6 +1,7 @@
-// The controls and pieces every chart shares (the run page's charts.js and the
-// Compare view's compare_chart.js): the log toggle, the CSV download, the y axis
-// (labels from axis_ticks.js, as wide as its widest label) and the anomaly marker.
+// The controls and pieces every chart shares (the run page's charts.js, the
+// Compare view's compare_chart.js, the System tab's system_chart.js): the log
+// toggle, the CSV download, the y axis (labels from axis_ticks.js, as wide as its
+// widest label), the anomaly marker, and drag-to-zoom.
 
 import { axisSize, estimateWidth, logGridSplits, tickLabels } from "./axis_ticks.js";
 import { h } from "./format.js";
@@ -31,6 +32,46 @@ export function downloadCsv(name, text) {
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/**
+ * uPlot's cursor for a chart of a view whose charts zoom together: cursors in
+ * sync, a drag selects a range (the view zooms every chart itself, through
+ * `onDragSelect`, so only a user's drag counts as a zoom, never uPlot's own scale
+ * updates), a double-click shows it all (`ctx.onReset`). `extra` adds options.
+ */
+export function zoomCursor(ctx, extra = {}) {
+  return {
+    sync: { key: ctx.syncKey },
+    drag: { x: true, y: false, setScale: false },
+    bind: {
+      dblclick: () => () => {
+        ctx.onReset();
+        return null;
+      },
+    },
+    ...extra,
+  };
+}
+
+/**
+ * uPlot's setSelect hook for `zoomCursor`: a drag of two pixels or more is
+ * `handle(u, left, width)` (the selection in pixels), and the selection is cleared.
+ */
+export function onDragSelect(handle) {
+  return (u) => {
+    const { left, width } = u.select;
+    if (width < 2) return;
+    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    handle(u, left, width);
+  };
+}
+
+/** `ctx.onZoom(lo, hi)` with the dragged range in x values (`onDragSelect`'s handler). */
+export function zoomToSelection(ctx) {
+  return onDragSelect((u, left, width) => {
+    ctx.onZoom(u.posToVal(left, "x"), u.posToVal(left + width, "x"));
+  });
 }
 
 /** uPlot's y scale: base-10 log, or linear. */

@@ -13,24 +13,17 @@
 
 import { dropNonPositive, logScaleNote } from "./axis_ticks.js";
 import { logScaleWanted, resolveLines, setLogScaleWanted } from "./chart_specs.js";
-import { anomalyMarker, csvButton, downloadCsv, logToggle, yAxis, yScale } from "./chart_tools.js";
+import {
+  anomalyMarker, csvButton, downloadCsv, logToggle, onDragSelect, yAxis, yScale, zoomCursor,
+} from "./chart_tools.js";
 import { fmtClock, fmtNumber, fmtStep, h } from "./format.js";
 import { incidentSpan } from "./incidents.js";
 import { stepOfPoint } from "./samples_logic.js";
 import { mapAlong, smooth, toCsv, wallClock } from "./series.js";
+import { uPlot } from "./uplot_loader.js";
 
-// uPlot is loaded, not imported: a missing or broken copy (404, bad file) must not
-// take the run page down with it. Without it the charts show their latest values
-// in the legend and no plot, and main.js says what is missing and how to fix it.
-let uPlot = null;
-export let chartLibraryError = null;
-try {
-  uPlot = (await import("/static/vendor/uplot/uPlot.esm.js")).default;
-  if (typeof uPlot !== "function") throw new Error("uPlot.esm.js has no uPlot export");
-} catch (error) {
-  uPlot = null;
-  chartLibraryError = error;
-}
+// Why uPlot could not be loaded (null: it was), for main.js (uplot_loader.js).
+export { chartLibraryError } from "./uplot_loader.js";
 
 const HEIGHT = 210;
 const MAX_MARKERS = 300; // per chart; beyond that a tooltip would be noise anyway
@@ -280,31 +273,18 @@ export class MetricChart {
         { values: (u, ticks) => (time ? this.clockLabels(ticks) : ticks.map(fmtStep)), size: 30 },
         yAxis(this.log),
       ],
-      cursor: {
-        sync: { key: this.ctx.syncKey },
-        // A drag selects a range; we zoom all charts ourselves (setSelect below), so
-        // only a user's drag counts as a zoom, never uPlot's own scale updates.
-        drag: { x: true, y: false, setScale: false },
-        bind: {
-          // Double-click: back to the whole run (the view refetches if needed).
-          dblclick: () => () => {
-            this.ctx.onReset();
-            return null;
-          },
-        },
-      },
+      // A drag zooms every chart; a double-click: back to the whole run (the view
+      // refetches if needed).
+      cursor: zoomCursor(this.ctx),
       hooks: {
-        setSelect: [(u) => {
-          const { left, width } = u.select;
-          if (width < 2) return;
+        setSelect: [onDragSelect((u, left, width) => {
           const lo = this.toStep(u.posToVal(left, "x"));
           const hi = this.toStep(u.posToVal(left + width, "x"));
           // The selection's edges are whole pixels: a step less than a pixel away
           // counts as picked (a drag from step 18's point must not zoom from 17).
           const pixel = Math.abs(this.toStep(u.posToVal(left + 1, "x")) - lo);
-          u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
           this.ctx.onZoom(Math.floor(lo + pixel), Math.ceil(hi - pixel));
-        }],
+        })],
         setCursor: [(u) => this.showLegend(u.cursor.idx)],
         draw: [() => this.placeMarkers()],
       },

@@ -14,23 +14,16 @@
 
 import { dropNonPositive, logScaleNote } from "./axis_ticks.js";
 import { logScaleWanted, seriesTitle, setLogScaleWanted } from "./chart_specs.js";
-import { anomalyMarker, csvButton, downloadCsv, logToggle, yAxis, yScale } from "./chart_tools.js";
+import {
+  anomalyMarker, csvButton, downloadCsv, logToggle, yAxis, yScale, zoomCursor, zoomToSelection,
+} from "./chart_tools.js";
 import { anomalyXs, compareCsv } from "./compare_controls.js";
 import {
   fmtCount, fmtDuration, lastPoint, mergeRuns, nearestPoint,
 } from "./compare_logic.js";
 import { fmtNumber, fmtStep, h } from "./format.js";
 import { swatch } from "./run_labels.js";
-
-// uPlot is loaded, not imported, as in charts.js: a missing copy costs the plots,
-// never the page (the legend still gives each run's latest value).
-let uPlot = null;
-try {
-  uPlot = (await import("/static/vendor/uplot/uPlot.esm.js")).default;
-  if (typeof uPlot !== "function") uPlot = null;
-} catch {
-  uPlot = null;
-}
+import { uPlot } from "./uplot_loader.js";
 
 const HEIGHT = 230;
 const MAX_MARKERS = 300; // per chart, all runs together
@@ -209,26 +202,10 @@ export class CompareChart {
         { values: (u, ticks) => ticks.map((value) => fmtX(mode, value)), size: 30 },
         yAxis(this.log),
       ],
-      cursor: {
-        sync: { key: this.ctx.syncKey },
-        // A drag zooms every chart (the view does it); a double-click shows it all.
-        drag: { x: true, y: false, setScale: false },
-        bind: {
-          dblclick: () => () => {
-            this.ctx.onReset();
-            return null;
-          },
-        },
-      },
+      // A drag zooms every chart (the view does it); a double-click shows it all.
+      cursor: zoomCursor(this.ctx),
       hooks: {
-        setSelect: [(u) => {
-          const { left, width } = u.select;
-          if (width < 2) return;
-          const lo = u.posToVal(left, "x");
-          const hi = u.posToVal(left + width, "x");
-          u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
-          this.ctx.onZoom(lo, hi);
-        }],
+        setSelect: [zoomToSelection(this.ctx)],
         // The x of the data point nearest the mouse (uPlot's cursor.idx), not the
         // mouse's own x: "step 14", never "step 14.5".
         setCursor: [(u) => {

@@ -195,7 +195,8 @@ export function chosenFields(fields, union) {
   const picked = DEFAULT_FIELDS.filter((key) => have.has(key)).slice(0, MAX_DEFAULT_CHARTS);
   for (const key of union) {
     if (picked.length >= MAX_DEFAULT_CHARTS) break;
-    if (!picked.includes(key) && !key.startsWith("timing.")) picked.push(key);
+    // System series are the reader's to add: they cost a second request.
+    if (!picked.includes(key) && !key.startsWith("timing.") && !key.startsWith("system.")) picked.push(key);
   }
   return picked;
 }

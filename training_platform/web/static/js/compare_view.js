@@ -20,6 +20,7 @@
 
 import { ApiError, allAnomalies, api, enc } from "./api.js";
 import { CompareChart } from "./compare_chart.js";
+import { isSystemKey, systemApiQuery, systemRuns, systemUnion } from "./compare_system.js";
 import {
   MAX_RUNS, MAX_SMOOTHING, MAX_WINDOW, X_MODES, appendLive, chosenFields, clampSmoothing,
   compareApiQuery, compareHash, configDiffRows, lastStepOf, metricUnion, parseCompareState,
@@ -54,6 +55,8 @@ export class CompareView {
     this.state = state;
     this.runs = [];
     this.union = [];
+    this.systemKeys = []; // the System series the runs have (compare_system.js)
+    this.systemRuns = null; // their points per run, once a System chart asked for them
     this.charts = new Map();
     this.anomalies = new Map(); // job id → its anomalies (incidents), for the markers
     this.streams = [];
@@ -76,6 +79,8 @@ export class CompareView {
       onReset: () => this.zoom(null),
       onRemove: (key) => this.setFields(this.shownFields().filter((k) => k !== key)),
     };
+    // The System series are never smoothed: their legend and CSV say the raw values.
+    this.systemCtx = { ...this.chartCtx, smoothed: () => false };
   }
 
   async start() {
@@ -300,7 +305,10 @@ export class CompareView {
       run.appended = 0;
       return run;
     });
-    this.union = metricUnion(this.runs);
+    this.systemKeys = systemUnion(body.jobs);
+    this.systemRuns = null;
+    this.systemLoading = null;
+    this.union = this.unionOf();
     this.showRuns();
     this.detail = null;
     this.drawCharts();
@@ -370,6 +378,30 @@ export class CompareView {
   }
 
   /** Each run's stored anomalies, for the charts' markers (a run that fails shows none). */
+  /** What the picker offers: the runs' metrics, then their System series. */
+  unionOf() {
+    return [...metricUnion(this.runs).filter((key) => !isSystemKey(key)), ...this.systemKeys];
+  }
+
+  /**
+   * The System points of every run (all their System series at once, so a second
+   * System chart draws at once), asked when the first System chart is shown.
+   */
+  async loadSystem(mine) {
+    if (this.systemLoading === mine) return;
+    this.systemLoading = mine;
+    let body;
+    try {
+      body = await api(`/compare?${systemApiQuery(this.state, pointBudget())}`);
+    } catch (error) {
+      if (mine === this.loading && !this.stopped) this.showNotice(`No system series: ${error.message}`);
+      return;
+    }
+    if (mine !== this.loading || this.stopped) return;
+    this.systemRuns = systemRuns(this.runs, body);
+    this.drawCharts();
+  }
+
   async loadAnomalies(mine) {
     const found = await Promise.all(this.runs.map((run) => allAnomalies(run.jobId).catch(() => [])));
     if (mine !== this.loading || this.stopped) return;
@@ -452,12 +484,14 @@ export class CompareView {
     for (const key of fields) {
       let chart = this.charts.get(key);
       if (!chart) {
-        chart = new CompareChart(key, this.chartCtx);
+        chart = new CompareChart(key, isSystemKey(key) ? this.systemCtx : this.chartCtx);
         this.charts.set(key, chart);
       }
       this.grid.append(chart.root); // (re)appended in the chosen order
       if (this.range) chart.range = this.range;
-      chart.update(this.detail || this.runs);
+      if (!isSystemKey(key)) chart.update(this.detail || this.runs);
+      else if (this.systemRuns) chart.update(this.systemRuns); // zoomed: magnified, not fetched
+      else this.loadSystem(this.loading);
     }
     if (this.runs.length) {
       this.chartsNote.textContent = fields.length ? "" : "No chart: add a metric from the picker above.";
@@ -597,7 +631,7 @@ export class CompareView {
     if (inside && (after === null || record.step > after)) {
       appendLive(zoomed, record, values, options);
     }
-    if (Object.keys(values).some((key) => !this.union.includes(key))) this.union = metricUnion(this.runs);
+    if (Object.keys(values).some((key) => !this.union.includes(key))) this.union = this.unionOf();
     this.redraw();
     this.redrawRuns();
   }

@@ -7,6 +7,7 @@ export const TABS = [
   { id: "timing", label: "Timing" },
   { id: "memory", label: "Memory" },
   { id: "artifacts", label: "Artifacts" },
+  { id: "system", label: "System" }, // system_view.js: the hosts' GPU, CPU, memory, disk, network
 ];
 
 /** The run view's tab in a hash like `#/run/{job}/timing` ("" for the overview). */

@@ -119,7 +119,7 @@ export class ProfileView {
     }
     for (const part of this.overviewParts) part.hidden = this.tab !== "";
     for (const [id, pane] of Object.entries(this.panes)) pane.hidden = id !== this.tab;
-    if (!this.tab || !this.started) return;
+    if (!this.panes[this.tab] || !this.started) return; // the Overview, or another module's tab
     this.draw();
     this.loadReport();
     if (this.tab === "artifacts") this.loadArtifacts();
@@ -128,7 +128,7 @@ export class ProfileView {
   setColumns(columns) {
     this.columns = columns;
     if (this.tab === "timing" || this.tab === "memory") this.draw();
-    if (this.tab && Date.now() - this.reportAt > REPORT_MAX_AGE_MS) this.loadReport();
+    if (this.panes[this.tab] && Date.now() - this.reportAt > REPORT_MAX_AGE_MS) this.loadReport();
   }
 
   draw() {

@@ -24,6 +24,7 @@ import { ProfileView } from "./profile_view.js";
 import { RunConfigSection } from "./run_config.js";
 import { tagChips } from "./run_labels.js";
 import { SamplesView } from "./samples_view.js";
+import { SystemView } from "./system_view.js";
 import { Columns } from "./series.js";
 
 const JOB_REFRESH_MS = 5000;
@@ -64,12 +65,14 @@ export class RunView {
     });
     this.samples = new SamplesView(jobId);
     this.profile = new ProfileView(jobId); // the Timing, Memory and Artifacts tabs
+    this.system = new SystemView(jobId); // the System tab (its link is among the profile's tabs)
     this.config = new RunConfigSection(); // name, project, tags above; the config below the header
   }
 
   /** Another tab of this run (#/run/{job}/timing ...), switched in place by main.js. */
   showTab(tab) {
     this.profile.showTab(tab);
+    this.system.showTab(this.profile.tab);
   }
 
   async start() {
@@ -85,6 +88,7 @@ export class RunView {
     this.showJob(job);
     renderArtifacts(this.artifactsPanel, this.jobId);
     this.profile.start();
+    this.system.start();
     this.stream = new LiveStream(this.jobId, {
       sinceStep: () => this.sinceStep(),
       onMessage: (message) => this.onLive(message),
@@ -143,6 +147,7 @@ export class RunView {
     if (this.stream) this.stream.stop();
     this.samples.stop();
     this.profile.stop();
+    this.system.stop();
     for (const timer of this.timers) clearInterval(timer);
     clearTimeout(this.anomalyRefresh);
     this.board.destroy();
@@ -171,8 +176,10 @@ export class RunView {
           h("section", { class: "panel" }, h("h2", {}, "Status"), this.statusPanel),
           h("section", { class: "panel" }, h("h2", {}, "Anomalies ", h("span", { class: "count", id: "anomaly-count" }, "0")), this.anomalyPanel),
           h("section", { class: "panel" }, h("h2", {}, "Profiling artifacts"), this.artifactsPanel)));
-    this.root.replaceChildren(this.header, this.config.root, this.profile.tabs, toolbar, runLayout, this.samples.root, this.profile.root);
+    this.root.replaceChildren(this.header, this.config.root, this.profile.tabs, toolbar, runLayout, this.samples.root, this.profile.root,
+      this.system.root);
     this.profile.setOverview([toolbar, runLayout, this.samples.root]);
+    this.system.showTab(this.profile.tab);
   }
 
   showJob(job) {
@@ -316,6 +323,9 @@ export class RunView {
       case "samples":
         this.samples.onLive(message); // fetches on its own, batched: the records do not wait
         break;
+      case "system":
+        this.system.onLive(message); // drawn only while the System tab is on show
+        break;
       case "finished":
         if (this.job) this.showJob({ ...this.job, status: message.status });
         if (this.anomalies.some((a) => a.ongoing)) this.scheduleAnomalyRefresh(0);
@@ -393,6 +403,7 @@ export class RunView {
     }
     this.board.setColumns(columns);
     this.profile.setColumns(columns);
+    this.system.setColumns(columns);
     this.showWaiting(this.lastStep() === null);
     this.redrawHeader();
   }
