@@ -82,16 +82,23 @@ def test_fifty_clients_get_everything_while_a_slow_one_is_dropped(
                 if hub.subscriber_count("run1") == FAST_CLIENTS:
                     break
             remaining = hub.subscriber_count("run1")
+            # Dropped: now the slow client reads what it got, then the close and its
+            # reason. At once, while the others go on: the server gives a dropped
+            # client `live_send_timeout` seconds to take its close, then resets it.
+            slow_steps: list[int] = []
+
+            async def read_slow() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    async for raw in slow:
+                        message = json.loads(raw)
+                        if message["type"] == "metric":
+                            slow_steps.append(message["data"]["step"])
+
+            slow_reader = asyncio.create_task(read_slow())
             last.append(written)
             append_steps(run1, [written], extra=EXTRA)
             results = list(await asyncio.gather(*collectors))
-            # Now the slow client reads: what it got, then the close and its reason.
-            slow_steps: list[int] = []
-            with contextlib.suppress(ConnectionClosed):
-                async for raw in slow:
-                    message = json.loads(raw)
-                    if message["type"] == "metric":
-                        slow_steps.append(message["data"]["step"])
+            await asyncio.wait_for(slow_reader, 30)
             for ws in fast:
                 await ws.close()
             return results, slow_steps, (slow.close_code, slow.close_reason or ""), remaining

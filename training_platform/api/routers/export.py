@@ -20,10 +20,12 @@ from starlette.concurrency import run_in_threadpool
 
 from training_platform.api.deps import KnownJobId
 from training_platform.api.params import NOT_FOUND, StepQuery, check_step_range, parse_fields
+from training_platform.api.routers.system import TimeQuery
 from training_platform.api.schemas import ErrorOut
 from training_platform.errors import InvalidParameterError
 from training_platform.history.export.files import start_export
 from training_platform.history.export.sources import Kind
+from training_platform.history.export.system import start_system_export
 from training_platform.history.export.writers import MEDIA_TYPES, Format
 
 router = APIRouter(prefix="/monitoring/{job_id}", tags=["export"])
@@ -154,3 +156,42 @@ def export_anomalies(
 ) -> StreamingResponse:
     """Every stored anomaly row (one per step, type and source, as `raw=true` lists them)."""
     return _export(request, job_id, "anomalies", format, start_step, end_step, fields)
+
+
+@router.get("/system/export", summary="Export system samples", responses=RESPONSES)
+def export_system(
+    request: Request,
+    job_id: KnownJobId,
+    format: FormatQuery = "csv",
+    host: Annotated[
+        str | None, Query(max_length=255, description="Only this host's samples.")
+    ] = None,
+    start: TimeQuery = None,
+    end: TimeQuery = None,
+    fields: Annotated[
+        str | None,
+        Query(
+            max_length=8192,
+            description="Comma-separated series (`gpus.0.utilization`) or prefixes (`gpus`, "
+            "`cpu`); default all. `timestamp`, `host` and `step` always come.",
+        ),
+    ] = None,
+) -> StreamingResponse:
+    """Every stored system sample of the job (or of `host`) in time order, an hour of
+    samples at a time: `timestamp`, `host`, `step`, then a column per series (empty
+    where a sample lacks it), values with float32's 7 significant digits. JSONL: one
+    sample per line as the live socket's `system` message carries it."""
+    export = start_system_export(
+        request.app.state.session_factory,
+        job_id=job_id,
+        fmt=format,
+        host=host,
+        start=start,
+        end=end,
+        fields=_names(fields),
+    )
+    return StreamingResponse(
+        _until_disconnected(export.body),
+        media_type=MEDIA_TYPES[format],
+        headers={"Content-Disposition": f'attachment; filename="{export.filename}"'},
+    )
