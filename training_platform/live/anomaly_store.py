@@ -9,6 +9,7 @@ move each open incident's `end_step`, and announce only what is new.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
@@ -81,3 +82,24 @@ class JobMonitors(Generic[M]):
     def forget(self, job_id: str) -> None:
         with self._guard:
             self._monitors.pop(job_id, None)
+
+
+class DetectorSource(Generic[M]):
+    """What each platform detector source keeps (samples, system): a detector state per
+    job (`make`), the session factory its findings are stored with and the clock
+    that stamps them. Thread-safe across jobs; one job's batches come in commit
+    order (the job's sync lock)."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        make: Callable[[], M],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._factory = factory
+        self._clock = clock
+        self._monitors = JobMonitors(make)
+
+    def forget(self, job_id: str) -> None:
+        self._monitors.forget(job_id)

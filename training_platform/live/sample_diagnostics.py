@@ -16,22 +16,18 @@ from typing import Any, Final
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.live.anomaly_store import JobMonitors, store_findings
+from training_platform.live.anomaly_store import DetectorSource, store_findings
 from training_platform.live.sample_detectors import SampleMonitor
 from training_platform.live.sample_step import SampleFinding
 
 SOURCE: Final = "samples"
 
 
-class SampleDiagnostics:
-    """Thread-safe across jobs; one job's batches come in commit order (the job's lock)."""
-
+class SampleDiagnostics(DetectorSource[SampleMonitor]):
     def __init__(
         self, factory: sessionmaker[Session], *, clock: Callable[[], float] = time.time
     ) -> None:
-        self._factory = factory
-        self._clock = clock
-        self._monitors = JobMonitors(SampleMonitor)
+        super().__init__(factory, SampleMonitor, clock=clock)
 
     def diagnose(self, job_id: str, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Check the steps of a committed batch; return the anomaly rows new to the store.
@@ -52,9 +48,6 @@ class SampleDiagnostics:
         if not findings and not extents:
             return []
         return self._store(job_id, findings, extents)
-
-    def forget(self, job_id: str) -> None:
-        self._monitors.forget(job_id)
 
     def _store(
         self,

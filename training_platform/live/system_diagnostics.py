@@ -20,7 +20,7 @@ from typing import Any, Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.live.anomaly_store import JobMonitors, store_findings
+from training_platform.live.anomaly_store import DetectorSource, store_findings
 from training_platform.live.system_detectors import SystemFinding, SystemMonitor
 from training_platform.store.models import Job
 
@@ -28,15 +28,11 @@ SOURCE: Final = "system"
 RUNNING: Final = frozenset({"running", "stalled"})
 
 
-class SystemDiagnostics:
-    """Thread-safe across jobs; one job's batches come in commit order (the job's lock)."""
-
+class SystemDiagnostics(DetectorSource[SystemMonitor]):
     def __init__(
         self, factory: sessionmaker[Session], *, clock: Callable[[], float] = time.time
     ) -> None:
-        self._factory = factory
-        self._clock = clock
-        self._monitors = JobMonitors(SystemMonitor)
+        super().__init__(factory, SystemMonitor, clock=clock)
 
     def diagnose(self, job_id: str, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Check a committed batch of samples; the anomaly rows new to the store."""
@@ -58,9 +54,6 @@ class SystemDiagnostics:
             return []
         newest_step = max(record["step"] for record in records)
         return self._store(job_id, findings, newest_step, [])
-
-    def forget(self, job_id: str) -> None:
-        self._monitors.forget(job_id)
 
     def _job_state(self, job_id: str) -> tuple[str | None, int | None]:
         with self._factory() as session:

@@ -78,11 +78,15 @@ def _export(
         end_step=end_step,
         fields=parse_fields(fields) if kind == "metrics" else _names(fields),
     )
+    return _streamed(export.body, fmt, export.filename)
+
+
+def _streamed(body: Iterator[bytes], fmt: Format, filename: str) -> StreamingResponse:
     # Job ids are [A-Za-z0-9._-]: the file name needs no quoting beyond the quotes.
     return StreamingResponse(
-        _until_disconnected(export.body),
+        _until_disconnected(body),
         media_type=MEDIA_TYPES[fmt],
-        headers={"Content-Disposition": f'attachment; filename="{export.filename}"'},
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
 
 
@@ -190,8 +194,4 @@ def export_system(
         end=end,
         fields=_names(fields),
     )
-    return StreamingResponse(
-        _until_disconnected(export.body),
-        media_type=MEDIA_TYPES[format],
-        headers={"Content-Disposition": f'attachment; filename="{export.filename}"'},
-    )
+    return _streamed(export.body, format, export.filename)
