@@ -4,8 +4,9 @@
         [--jobs 20] [--rate 5] [--seconds 20] [--admin-url postgresql+psycopg://...]
 
 For each N: a scratch database, N `training-platform serve` processes on it
-and one metrics directory (all polling every 0.2 s and watching the files, so
-all race to ingest), one WebSocket client per (process, job), and a writer
+and one metrics directory (all polling every 0.2 s and watching the files;
+each job is ingested by the holder of its lease), one WebSocket client per
+(process, job), and a writer
 appending one line per job at `--rate` steps/s, each stamped with
 `time.time()` just before its write. Latency = arrival at a client - stamp,
 over every record at every client; a client connected to a process that did
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -74,7 +76,9 @@ def drop_database(admin_url: str, url: str) -> None:
     admin.dispose()
 
 
-def start(url: str, metrics: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start(
+    url: str, metrics: Path, log: Path, **extra_env: str
+) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     env = {
         **os.environ,
@@ -83,6 +87,7 @@ def start(url: str, metrics: Path, log: Path) -> tuple[subprocess.Popen[bytes], 
         "PLATFORM_HOST": "127.0.0.1",
         "PLATFORM_PORT": str(port),
         "PLATFORM_POLL_INTERVAL": "0.2",
+        **extra_env,
     }
     env.pop("PLATFORM_API_TOKEN", None)
     command = [str(Path(sys.executable).parent / "training-platform"), "serve", "--log-level",
@@ -96,6 +101,19 @@ def start(url: str, metrics: Path, log: Path) -> tuple[subprocess.Popen[bytes], 
         except httpx.HTTPError:
             time.sleep(0.2)
     raise RuntimeError(f"server did not start: {log.read_text()[-2000:]}")
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each (SIGCONT first: a stopped process must hear it), then reap."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 async def client(port: int, job: str, last: int, seen: dict[int, list[float]]) -> None:
@@ -173,13 +191,7 @@ def run(n: int, args: argparse.Namespace) -> dict[str, Any]:
         result["cpu_s_per_process"] = statistics.fmean(cpu)
         return result
     finally:
-        for process, _ in servers:
-            process.terminate()
-        for process, _ in servers:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all([process for process, _ in servers])
         drop_database(args.admin_url, url)
 
 

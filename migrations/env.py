@@ -13,7 +13,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from training_platform.settings import Settings
-from training_platform.store import models  # noqa: F401  (registers the tables)
+from training_platform.store import cluster_models, models  # noqa: F401  (registers the tables)
 from training_platform.store.database import Base, make_engine
 from training_platform.store.text_search import is_text_search_object
 

@@ -3,7 +3,7 @@
 #
 #   run:  a virtualenv in .venv with the package, the server, torch (CPU) and the trainer extras.
 #   test: the same plus what the test suite talks to for real: OpenSSH's sshd,
-#         Debian's chromium, and a started PostgreSQL when one is installed.
+#         Debian's chromium and nginx, and a started PostgreSQL when one is installed.
 #
 # Safe to run again: it skips whatever is already in place.
 set -euo pipefail
@@ -43,8 +43,23 @@ start_postgres() {
     done
 }
 
+# Debian's nginx: the tests run it themselves, in the foreground with a directory of
+# their own (scripts/replicas.py), as the reverse proxy in front of several servers.
+# Where an init system runs, installing the package also starts the system service
+# (port 80, Debian's default page); nothing uses it, so stop it again when it was
+# this script that installed it.
+install_nginx() {
+    dpkg -s nginx >/dev/null 2>&1 && return 0
+    apt_install nginx
+    if command -v systemctl >/dev/null && systemctl is-active --quiet nginx 2>/dev/null; then
+        log "stopping the nginx system service the package started (the tests run their own)"
+        as_root systemctl disable --now nginx >/dev/null 2>&1 || true
+    fi
+}
+
 if [ "$mode" = test ]; then
     apt_install openssh-server openssh-client chromium chromium-driver
+    install_nginx
     start_postgres
 fi
 

@@ -45,7 +45,14 @@ BACKENDS = [
     for name in os.environ.get("TEST_DATABASES", "sqlite,postgresql").split(",")
     if name.strip()
 ]
-_TABLES = ("anomalies", "training_metrics", "sync_state", "jobs", "deleted_jobs")
+_TABLES = (
+    "anomalies",
+    "training_metrics",
+    "sync_state",
+    "jobs",
+    "deleted_jobs",
+    "server_instances",
+)
 _DATA_HOME: list[str] = []
 
 

@@ -166,7 +166,12 @@ def serve(
         typer.echo(f"\n  training_platform: {url}/   (API docs: {url}/docs)")
         typer.echo(f"  watching {watched} for runs; Ctrl-C stops the server.\n")
 
-    run_server(settings, log_level, announce=banner)
+    from training_platform.store.sqlite_guard import sole_server
+
+    with contextlib.ExitStack() as held:
+        with _known_errors(settings.database_url):  # a second server on one SQLite file
+            held.enter_context(sole_server(settings.database_url))
+        run_server(settings, log_level, announce=banner)
 
 
 def _check_database(url: str) -> None:

@@ -66,3 +66,8 @@ class StorageError(PlatformError):
 class MissingExtraError(PlatformError):
     """What was asked needs an optional package that is not installed (pyarrow for
     Parquet, ...); the message names the extra to install (HTTP: 501)."""
+
+
+class LeaseLostError(PlatformError):
+    """This process no longer holds the job's ingest lease (another process took it
+    over, or it expired while this one was paused): it must stop writing the job."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.ingest.host_files import HostFiles
+from training_platform.ingest.lease_keeper import LeaseKeeper
 from training_platform.ingest.polling import PollRule
 from training_platform.ingest.samples_file import SAMPLES
 from training_platform.ingest.stall import StallWatch
@@ -45,12 +46,18 @@ class Services:
 
 
 def build_services(
-    factory: sessionmaker[Session], settings: Settings, *, clock: Callable[[], float] = time.time
+    factory: sessionmaker[Session],
+    settings: Settings,
+    *,
+    clock: Callable[[], float] = time.time,
+    serving: bool = False,
 ) -> Services:
     """The sync service, its listener (detectors, webhook), the poll rule and the hub.
 
     `clock` (Unix seconds) drives the stall watch and the detectors' timestamps,
-    so tests move time instead of sleeping.
+    so tests move time instead of sleeping. `serving`: for a server process,
+    which on PostgreSQL ingests only the jobs whose lease it holds
+    (`ingest/lease_keeper.py`); a command-line sync ingests what it is asked.
     """
     diagnostics = sample_diagnostics = system_diagnostics = None
     if settings.diagnostics_enabled:
@@ -80,7 +87,8 @@ def build_services(
         webhook=webhook,
         status_interval=settings.live_status_interval,
     )
-    if factory.kw["bind"].dialect.name == "postgresql":
+    shared = factory.kw["bind"].dialect.name == "postgresql"
+    if shared:
         # Other server processes may share this database (docs/live.md, "Several
         # processes"): announcements go through its outbox to all of them.
         pipeline.cluster = ClusterLink(
@@ -102,7 +110,10 @@ def build_services(
         stall=stall,
         line_kinds=[SAMPLES, SYSTEM],
         host_files=HostFiles(),
+        leases=LeaseKeeper(factory, period=settings.lease_seconds) if shared and serving else None,
     )
+    if sync.leases is not None:
+        sync.leases.quiesce = sync.exclusive
     poll_rule = PollRule(sync, settings)
     hub = LiveHub(factory, settings, sync, pipeline, poll_rule)
     return Services(sync=sync, poll_rule=poll_rule, pipeline=pipeline, hub=hub)

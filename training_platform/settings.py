@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from training_platform.callbacks.wire.locations import user_metrics_dir
+from training_platform.webhook_settings import WebhookSettings
 
 
-class Settings(BaseSettings):
+class Settings(WebhookSettings, BaseSettings):
     """Everything the server needs; each field is also an environment variable."""
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
@@ -331,35 +331,14 @@ class Settings(BaseSettings):
         validation_alias="PLATFORM_STALL_MIN_SECONDS",
         description="... and for at least this many seconds.",
     )
-    webhook_url: str | None = Field(
-        default=None,
-        validation_alias="PLATFORM_WEBHOOK_URL",
-        description="http(s) URL that receives a JSON POST per new anomaly (either source).",
-    )
-    webhook_secret: str | None = Field(
-        default=None,
-        validation_alias="PLATFORM_WEBHOOK_SECRET",
-        description="When set, each webhook POST carries X-Platform-Signature: "
-        "sha256=<HMAC-SHA256 of the body with this secret>.",
-    )
-    webhook_attempts: int = Field(
-        default=4,
-        ge=1,
-        le=20,
-        validation_alias="PLATFORM_WEBHOOK_ATTEMPTS",
-        description="Tries per webhook POST before it is dropped (logged).",
-    )
-    webhook_timeout: float = Field(
-        default=5.0,
-        gt=0,
-        validation_alias="PLATFORM_WEBHOOK_TIMEOUT",
-        description="Seconds allowed for one webhook POST.",
-    )
-    webhook_backoff: float = Field(
-        default=1.0,
-        ge=0,
-        validation_alias="PLATFORM_WEBHOOK_BACKOFF",
-        description="Seconds before the first webhook retry; doubled for each next one.",
+    lease_seconds: float = Field(
+        default=10.0,
+        ge=1.0,
+        le=600.0,
+        validation_alias="PLATFORM_LEASE_SECONDS",
+        description="PostgreSQL, several processes: how long a process's lease on a job "
+        "outlives its last renewal (renewed every third of it); a dead process's jobs "
+        "move to another within this plus a third.",
     )
 
     @field_validator(
@@ -399,16 +378,6 @@ class Settings(BaseSettings):
     def _origins_without_path(cls, origins: list[str]) -> list[str]:
         # Browsers send "scheme://host[:port]", never a path or a trailing slash.
         return [origin.rstrip("/").lower() for origin in origins]
-
-    @field_validator("webhook_url")
-    @classmethod
-    def _http_only(cls, url: str | None) -> str | None:
-        if url is None or not url.strip():
-            return None
-        parts = urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("webhook_url must be an http:// or https:// URL")
-        return url.strip()
 
     @field_validator("database_url")
     @classmethod

@@ -47,7 +47,9 @@ def answers(url: str) -> bool:
 
 
 class Server:
-    def __init__(self, settings: Settings, metrics_dir: Path, log: Path) -> None:
+    def __init__(
+        self, settings: Settings, metrics_dir: Path, log: Path, *, lease_seconds: float = 2.0
+    ) -> None:
         self.port = free_port()
         self.log = log
         env = {
@@ -57,6 +59,7 @@ class Server:
             "PLATFORM_HOST": "127.0.0.1",
             "PLATFORM_PORT": str(self.port),
             "PLATFORM_POLL_INTERVAL": "0.2",
+            "PLATFORM_LEASE_SECONDS": str(lease_seconds),
         }
         env.pop("PLATFORM_API_TOKEN", None)
         self.process = subprocess.Popen(

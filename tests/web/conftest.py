@@ -201,6 +201,9 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(10_000)
+    # A navigation loads the page's scripts while the server may be busy ingesting
+    # (a loaded CI machine took 10 s once): a first paint has more room than a click.
+    page.set_default_navigation_timeout(30_000)
     errors: list[str] = []
     page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 import pytest
+from filelock import FileLock
 
 from tests.web.conftest import COUNT_LINE_PIXELS, make_record
 from tests.web.test_degraded import assert_api_docs_render_offline
@@ -90,11 +91,35 @@ def _clone(target: Path) -> Path:
     return target
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    if shutil.which("npm") is None:
-        pytest.skip("no npm: building the wheel fetches the pinned browser assets with it")
-    root = tmp_path_factory.mktemp("build")
+def _run_shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder all of this run's xdist workers share (each worker's base is a
+    `popen-gwN` folder inside the run's own), or the base itself without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Any) -> dict[str, Any]:
+    """`make(folder)` run once per test run, whichever worker comes first; the others
+    wait for it and read what it returned (building a wheel and installing a venv
+    take a minute each: three workers did it three times)."""
+    shared = _run_shared(tmp_path_factory)
+    folder = shared / name
+    done = shared / f"{name}.json"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir()
+            try:
+                done.write_text(json.dumps(make(folder)))
+            except BaseException as exc:  # the workers that wait fail with it too
+                done.write_text(json.dumps({"failed": f"{type(exc).__name__}: {exc}"}))
+                raise
+    answer: dict[str, Any] = json.loads(done.read_text())
+    if "failed" in answer:
+        pytest.fail(f"{name} failed (in another worker): {answer['failed']}")
+    return answer
+
+
+def _build(root: Path) -> dict[str, str]:
     source = _clone(root / "clone")
     assert not (source / "training_platform" / "web" / "node_modules").exists()
     dist = root / "dist"
@@ -129,31 +154,54 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         env=_clean_env(PATH=path_without_npm),
     )
     (wheel_from_sdist,) = from_sdist.glob("*.whl")
-    return Built(wheel, wheel_from_sdist, sdist, build.stdout + build.stderr)
+    return {
+        "wheel": str(wheel),
+        "wheel_from_sdist": str(wheel_from_sdist),
+        "sdist": str(sdist),
+        "build_output": build.stdout + build.stderr,
+    }
 
 
-def _install(root: Path, requirement: str) -> Installed:
-    venv = root / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])  # a clean venv: no system site-packages
-    env = _clean_env()
-    # --no-compile: the server compiles what it imports; precompiling every dependency
-    # would only slow the test down.
-    _run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", requirement], env=env)
-    workdir = root / "work"
-    workdir.mkdir()
-    return Installed(venv, workdir, env)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    if shutil.which("npm") is None:
+        pytest.skip("no npm: building the wheel fetches the pinned browser assets with it")
+    made = _once(tmp_path_factory, "wheel-build", _build)
+    return Built(
+        Path(made["wheel"]),
+        Path(made["wheel_from_sdist"]),
+        Path(made["sdist"]),
+        made["build_output"],
+    )
+
+
+def _install(tmp_path_factory: pytest.TempPathFactory, name: str, requirement: str) -> Installed:
+    """A venv with `requirement`, shared by the run's workers; a work folder of this
+    worker's own (the tests write into it)."""
+
+    def make(root: Path) -> dict[str, str]:
+        venv = root / "venv"
+        _run([sys.executable, "-m", "venv", str(venv)])  # a clean venv: no system site-packages
+        # --no-compile: the server compiles what it imports; precompiling every
+        # dependency would only slow the test down.
+        pip = str(venv / "bin" / "pip")
+        _run([pip, "install", "-q", "--no-compile", requirement], env=_clean_env())
+        return {"venv": str(venv)}
+
+    venv = Path(_once(tmp_path_factory, name, make)["venv"])
+    return Installed(venv, tmp_path_factory.mktemp(f"{name}-work"), _clean_env())
 
 
 @pytest.fixture(scope="module")
 def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
     """The server's install: the wheel with its `server` extra."""
-    return _install(tmp_path_factory.mktemp("install"), f"{built.wheel}[server]")
+    return _install(tmp_path_factory, "server-venv", f"{built.wheel}[server]")
 
 
 @pytest.fixture(scope="module")
 def trainer_only(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
     """A training machine's install: the wheel and no extra."""
-    return _install(tmp_path_factory.mktemp("trainer"), str(built.wheel))
+    return _install(tmp_path_factory, "trainer-venv", str(built.wheel))
 
 
 def test_the_wheel_holds_the_migrations_and_pinned_assets_not_node_modules(built: Built) -> None:

@@ -25,6 +25,7 @@ from training_platform.api.routers import (
     compare,
     dashboard,
     export,
+    instances,
     jobs,
     live,
     monitoring,
@@ -37,6 +38,7 @@ from training_platform.api.security import install_security
 from training_platform.services import Services, build_services
 from training_platform.settings import Settings
 from training_platform.store.database import make_engine, make_session_factory, prepare_schema
+from training_platform.store.sqlite_guard import sole_server
 
 logger = logging.getLogger(__name__)
 
@@ -48,13 +50,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
         services: Services | None = None
+        held = contextlib.ExitStack()
         try:
+            held.enter_context(sole_server(settings.database_url))  # SQLite: one server
             await run_in_threadpool(prepare_schema, engine, auto_migrate=settings.auto_migrate)
             app.state.engine = engine
             app.state.session_factory = make_session_factory(engine)
             # One sync service for background and manual syncs alike, so each
             # feeds the live stream and the platform's diagnosis.
-            services = build_services(app.state.session_factory, settings)
+            services = build_services(app.state.session_factory, settings, serving=True)
             app.state.live_hub = services.hub
             app.state.sync_service = services.sync
             await services.hub.start()
@@ -64,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await services.hub.stop()
                 await run_in_threadpool(services.close)
             engine.dispose()
+            held.close()
 
     app = FastAPI(
         title="training_platform",
@@ -93,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api.include_router(export.router)
     api.include_router(artifacts.router)
     api.include_router(profile_report.router)
+    api.include_router(instances.router)
     app.include_router(api)
     # WebSockets check Origin and the token in their own handshake: the
     # router-wide require_token reads a Request, which a WebSocket is not.

@@ -31,6 +31,7 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, case, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from training_platform.errors import LeaseLostError
 from training_platform.ingest.file_kinds import LineFileKind, StoredRows
 from training_platform.ingest.gc_pause import collector_paused
 from training_platform.ingest.line_isolation import (
@@ -42,6 +43,7 @@ from training_platform.ingest.line_isolation import (
 from training_platform.ingest.readers import MetricsReader, ReadBatch, ReadPosition
 from training_platform.ingest.system_lines import system_message_data
 from training_platform.store.database import dialect_insert
+from training_platform.store.leases import current_fence, fence_clause, fence_is_current
 from training_platform.store.live_outbox import ANNOUNCED_KINDS, append_outbox, is_shared
 from training_platform.store.metric_rows import record_nonfinite_as_strings
 from training_platform.store.models import Job, SyncState
@@ -160,6 +162,7 @@ def sync_file(
                 records = newest_in_file_order(committed.records, kind)
                 on_commit(CommittedBatch(kind.family, records, committed.anomalies, committed.seq))
         if committed is None:
+            _check_lease(factory, job_id)
             # Another sync moved the offset since we read it: drop our batch
             # and read again from where the winner left off.
             position = None
@@ -186,6 +189,17 @@ def sync_file(
         if batch.at_eof or (max_batches is not None and batches >= max_batches):
             break
     return result
+
+
+def _check_lease(factory: sessionmaker[Session], job_id: str) -> None:
+    """After a lost compare-and-swap of a fenced sync: raise `LeaseLostError` when it
+    was the lease, not a racing sync, that failed it (retrying cannot help then)."""
+    fence = current_fence()
+    if fence is None:
+        return
+    with factory() as session:
+        if not fence_is_current(session, job_id, fence):
+            raise LeaseLostError(f"{fence.holder} no longer holds the lease of {job_id!r}")
 
 
 @dataclass
@@ -281,6 +295,7 @@ def _commit(
                     if position.fingerprint is None
                     else SyncState.fingerprint == position.fingerprint,
                     SyncState.discarding == position.discarding,
+                    fence_clause(session, job_id),  # and this process still holds the lease
                 )
                 .values(
                     offset=batch.position.offset,

@@ -57,6 +57,7 @@ from training_platform.ingest.rollout_lines import (
     state_kind,
 )
 from training_platform.ingest.samples_file import SAMPLES, store_samples
+from training_platform.store.leases import fence_clause
 from training_platform.store.models import Job, Sample, SyncState
 
 _MAX_ERRORS: Final = 20
@@ -303,7 +304,7 @@ def _commit(
         advanced = session.execute(
             update(SyncState)
             .where(SyncState.job_id == job_id, SyncState.kind == kind)
-            .where(SyncState.offset == state.size, seen)
+            .where(SyncState.offset == state.size, seen, fence_clause(session, job_id))
             .values(**values)
             .execution_options(synchronize_session=False)
         )

@@ -3,7 +3,9 @@
 One `SyncService` per server process. It caches one reader per job (an SSH
 reader holds a connection worth reusing) and serialises syncs of the same job
 inside the process with a lock; across processes the persister's
-compare-and-swap on the offset keeps ingestion exactly-once anyway.
+compare-and-swap on the offset keeps ingestion exactly-once anyway. With
+several processes on one database, a process syncs only the jobs whose
+ingest lease it holds (`ingest/lease_keeper.py`), each under its fence.
 
 A `SyncListener` (the live pipeline) hears about every committed batch and
 status change, whoever triggered the sync (background or `POST .../sync`),
@@ -24,11 +26,12 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from training_platform.errors import JobNotFoundError, MetricsSourceError
+from training_platform.errors import JobNotFoundError, LeaseLostError, MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
 from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.ingest_stats import IngestStats
 from training_platform.ingest.job_position import load_job
+from training_platform.ingest.lease_keeper import LeaseKeeper
 from training_platform.ingest.line_scanner import ReadPosition
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.persister import CommittedBatch, SyncResult, sync_file
@@ -37,15 +40,18 @@ from training_platform.ingest.quiet_rounds import (
     FileSignature,
     file_signature,
 )
+from training_platform.ingest.reader_cache import ReaderCache
 from training_platform.ingest.readers import MetricsReader
-from training_platform.ingest.registry import discover_jobs, make_reader, rollout_source
+from training_platform.ingest.registry import discover_jobs, rollout_source
 from training_platform.ingest.rollout_files import local_rollout_dir
 from training_platform.ingest.rollouts import FILE_BATCHES, RolloutResult, sync_rollouts
 from training_platform.ingest.run_file import RUN_SUFFIX, sync_run_file
 from training_platform.ingest.stall import StallWatch
 from training_platform.ingest.status_file import sync_status
+from training_platform.ingest.sync_progress import SyncProgress
 from training_platform.settings import Settings
-from training_platform.store.models import TERMINAL_STATUSES, Job, SyncState
+from training_platform.store.leases import Fence, writing_under
+from training_platform.store.models import TERMINAL_STATUSES, Job
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,6 +84,7 @@ class SyncService:
         stall: StallWatch | None = None,
         line_kinds: Sequence[LineFileKind] = (),
         host_files: HostFiles | None = None,
+        leases: LeaseKeeper | None = None,
     ) -> None:
         self._factory = factory
         self._settings = settings
@@ -91,10 +98,12 @@ class SyncService:
         self.host_files = host_files
         # Marks running jobs gone silent as stalled (None: never, e.g. `sync` once).
         self.stall = stall
-        self._readers: dict[str, MetricsReader] = {}
+        self._readers = ReaderCache(settings)
         self._locks: dict[str, threading.Lock] = {}
-        # job id -> (offset, file size) after the last batch committed by this process.
-        self._progress: dict[str, tuple[int, int]] = {}
+        self._progress = SyncProgress(factory)
+        # With several processes on the database: the job's lease this one must
+        # hold to sync it (ingest/lease_keeper.py); None: one process, no leases.
+        self.leases = leases
         # Jobs whose syncs in flight should stop at their next batch (see `exclusive`).
         self._interrupted: set[str] = set()
         # job id -> its local files as they were when this process last read
@@ -118,19 +127,6 @@ class SyncService:
         half-done, and every committed batch already announced to the listener."""
         return self._lock(job_id)
 
-    def _reader(self, job: Job) -> MetricsReader:
-        with self._guard:
-            reader = self._readers.get(job.job_id)
-            if reader is None:
-                reader = self._readers[job.job_id] = make_reader(job, self._settings)
-            return reader
-
-    def forget_reader(self, job_id: str) -> None:
-        with self._guard:
-            reader = self._readers.pop(job_id, None)
-        if reader is not None:
-            reader.close()
-
     @contextlib.contextmanager
     def exclusive(self, job_id: str) -> Iterator[None]:
         """Hold the job's lock, asking a sync in flight to stop at its next batch.
@@ -149,13 +145,15 @@ class SyncService:
 
     def forget_job(self, job_id: str) -> None:
         """The job was deleted: close its reader, drop its state (under the job's lock)."""
-        self.forget_reader(job_id)
+        self._readers.forget(job_id)
         if self.host_files is not None:
             self.host_files.forget(job_id)
         if self.stall is not None:
             self.stall.forget(job_id)
-        self._progress.pop(job_id, None)
+        self._progress.forget(job_id)
         self.stats.forget(job_id)
+        if self.leases is not None:  # its lease row went with it
+            self.leases.forget(job_id)
         with self._guard:
             self._seen.pop(job_id, None)
             self._statuses.pop(job_id, None)
@@ -225,16 +223,25 @@ class SyncService:
         # (a background catch-up holds the lock for as long as it runs): it
         # answers with that sync's progress instead.
         if not lock.acquire(timeout=-1 if budget is None else budget):
-            return JobSyncOutcome(self._progress_of(job_id), status_changed=False)
+            return JobSyncOutcome(self._progress.of(job_id), status_changed=False)
         try:
-            return self._sync_job_locked(job_id, deadline)
+            fence = None if self.leases is None else self._fence(job_id)
+            if self.leases is not None and fence is None:  # another process ingests it
+                return JobSyncOutcome(self._progress.of(job_id), status_changed=False)
+            with writing_under(fence):
+                return self._sync_job_locked(job_id, deadline)
+        except LeaseLostError as exc:  # taken over mid-sync: the new holder goes on
+            logger.info("%s; its sync stops here", exc)
+            if self.leases is not None:
+                self.leases.lost(job_id)
+            return JobSyncOutcome(self._progress.of(job_id), status_changed=False)
         finally:
             lock.release()
 
     def _sync_job_locked(self, job_id: str, deadline: float | None) -> JobSyncOutcome:
         """`sync_job` once the job's lock is held."""
         job, position = self._after_discovery(lambda: load_job(self._factory, job_id))
-        reader = self._reader(job)
+        reader = self._readers.of(job)
         # Looked at before reading: an append during the sync makes the files
         # differ from this, so the next round reads them again.
         signature = None
@@ -280,6 +287,12 @@ class SyncService:
             self._tell(self.listener.status_changed, job)
         return JobSyncOutcome(result, status_changed)
 
+    def _fence(self, job_id: str) -> Fence | None:
+        """The lease to sync under (None: another process's); JobNotFoundError when
+        the job is unknown even after a discovery."""
+        assert self.leases is not None
+        return self.leases.fence_for(job_id, discover=lambda: self.is_known(job_id))
+
     def suffixes_of(self, job_id: str) -> tuple[str, ...]:
         """The suffixes of every file of the job whose change is worth a sync."""
         if self.host_files is None:
@@ -308,12 +321,12 @@ class SyncService:
         budgeted caller is answered while this sync holds the lock.
         """
         result = self._sync_batch(job_id, reader, kind, position)
-        self._note_progress(job_id, kind, result)
+        self._progress.note(job_id, kind, result)
         while not result.at_eof and (deadline is None or time.monotonic() < deadline):
             if job_id in self._interrupted:
                 break
             result.add(self._sync_batch(job_id, reader, kind))
-            self._note_progress(job_id, kind, result)
+            self._progress.note(job_id, kind, result)
         return result
 
     def _sync_rollouts(
@@ -333,21 +346,6 @@ class SyncService:
             stop=lambda: job_id in self._interrupted
             or (deadline is not None and time.monotonic() >= deadline),
         )  # fmt: skip
-
-    def _note_progress(self, job_id: str, kind: LineFileKind, result: SyncResult) -> None:
-        if kind is METRICS:
-            self._progress[job_id] = (result.offset, result.file_size)
-
-    def _progress_of(self, job_id: str) -> SyncResult:
-        """What a sync in flight has reached: offset and file size at its last commit."""
-        progress = self._progress.get(job_id)
-        if progress is None:  # it has not committed a batch yet: the stored offset
-            with self._factory() as session:
-                state = session.get(SyncState, (job_id, METRICS.name))
-                offset = state.offset if state is not None else 0
-            progress = (offset, offset)
-        offset, file_size = progress
-        return SyncResult(job_id=job_id, offset=offset, file_size=file_size, at_eof=False)
 
     def _sync_batch(
         self,
@@ -394,6 +392,8 @@ class SyncService:
         traceback for an unexpected one), and once when syncs work again.
         """
         try:
+            if self.leases is not None and self._fence(job_id) is None:
+                return None  # another process's job: not even a statement
             outcome = self.sync_job(job_id)
         except JobNotFoundError as exc:  # deleted meanwhile: nothing to report
             logger.debug("background sync of %s skipped: %s", job_id, exc)
@@ -405,10 +405,4 @@ class SyncService:
         return outcome
 
     def close(self) -> None:
-        with self._guard:
-            readers, self._readers = list(self._readers.values()), {}
-        for reader in readers:
-            try:
-                reader.close()
-            except Exception:
-                logger.exception("closing a reader failed")
+        self._readers.close()

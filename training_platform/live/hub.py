@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -101,6 +102,12 @@ class LiveHub:
         self.pipeline.attach(asyncio.get_running_loop())
         if self.pipeline.cluster is not None:
             self.pipeline.cluster.start()  # hear the other processes' announcements
+        if self.service.leases is not None:
+            # A first round before any sync: this process is in server_instances
+            # before it holds anything, and takes its share from the start. Rounds
+            # go on without background polling too: a sync on request is fenced.
+            await to_thread.run_sync(_quietly, self.service.leases.round)
+            self._tasks.append(asyncio.create_task(self._keep_leases(), name="leases"))
         if self.settings.poll_interval > 0:
             self._tasks.append(asyncio.create_task(self._poll_forever(), name="live-poll"))
 
@@ -125,6 +132,8 @@ class LiveHub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self.pipeline.attach(None)
+        if self.service.leases is not None:  # after the last sync: hand the jobs over
+            await to_thread.run_sync(_quietly, self.service.leases.stop)
         if self.pipeline.cluster is not None:
             await to_thread.run_sync(self.pipeline.cluster.close)
         if self.pipeline.webhook is not None:
@@ -178,6 +187,26 @@ class LiveHub:
             except Exception:
                 logger.exception("background poll round failed")
             await asyncio.sleep(tick)
+
+    async def _keep_leases(self) -> None:
+        """The lease keeper's rounds (`ingest/lease_keeper.py`); a job it claims is
+        synced at once. A failed round (database unreachable) is tried again
+        next time: until then this process's leases age, and others take over."""
+        assert self.service.leases is not None
+        keeper = self.service.leases
+        failing = False
+        while True:
+            await asyncio.sleep(keeper.round_interval)
+            try:
+                for job_id in await to_thread.run_sync(keeper.round):
+                    self.request_sync(job_id)
+                if failing:
+                    logger.info("lease round works again")
+                failing = False
+            except Exception as exc:
+                if not failing:
+                    logger.warning("lease round failed (%s); retrying every round", exc)
+                failing = True
 
     async def poll_round(self) -> None:
         """Sync the jobs that are due (`PollRule`); an idle round costs no database statement."""
@@ -322,6 +351,13 @@ class LiveHub:
                 nonfinite_as_strings=True,
             )
             return records, channel.seq
+
+
+def _quietly(action: Callable[[], object]) -> None:
+    try:
+        action()
+    except Exception:
+        logger.exception("%s failed", getattr(action, "__qualname__", action))
 
 
 def _job_of(name: str, suffixes: tuple[str, ...]) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -105,6 +106,8 @@ class Listener:
         self._warned_payload = False
         self._failing = False
         self._thread = threading.Thread(target=self._run, name="live-listener", daemon=True)
+        # This listener's own channel, only for `stop` to wake it (an identifier).
+        self._wake_channel = f"{CHANNEL}_wake_{secrets.token_hex(6)}"
 
     def start(self) -> None:
         self._thread.start()
@@ -112,7 +115,17 @@ class Listener:
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
         if self._thread.ident is not None:  # started
+            self._wake()
             self._thread.join(timeout)
+
+    def _wake(self) -> None:
+        """Wake the thread out of its wait for notifications, so that stopping takes a
+        round trip rather than up to a tick (a notification on its own channel)."""
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(self._url, autocommit=True, connect_timeout=2) as connection,
+        ):
+            connection.execute(f"NOTIFY {self._wake_channel}")
 
     def _run(self) -> None:
         delay = 0.1
@@ -120,6 +133,7 @@ class Listener:
             try:
                 with psycopg.connect(self._url, autocommit=True) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
+                    connection.execute(f"LISTEN {self._wake_channel}")
                     delay = 0.1
                     self._safely(self._on_tick)  # whatever came while not listening
                     self._listen(connection)
@@ -133,6 +147,8 @@ class Listener:
         while not self._stopping.is_set():
             wait = max(0.0, next_tick - time.monotonic())
             for notification in connection.notifies(timeout=wait):
+                if notification.channel == self._wake_channel:
+                    break  # `stop`: the loop's condition says so
                 parsed = parse_payload(notification.payload)
                 if parsed is None:
                     if not self._warned_payload:

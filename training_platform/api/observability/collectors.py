@@ -106,3 +106,36 @@ class PoolCollector(Collector):
             ("max_overflow", "Connections allowed beyond the size.", pool._max_overflow),
         ):
             yield GaugeMetricFamily(PREFIX + "db_pool_" + name, doc, value=value)
+
+
+class LeaseCollector(Collector):
+    """This process's ingest leases (PostgreSQL, several processes: `ingest/lease_keeper.py`);
+    nothing on SQLite, where one process ingests every job without leases."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        service: SyncService | None = getattr(self.app.state, "sync_service", None)
+        keeper = service.leases if service is not None else None
+        if keeper is None:
+            return
+        yield GaugeMetricFamily(
+            PREFIX + "leases_held",
+            "Jobs whose ingest lease this process holds now (it alone ingests them).",
+            value=len(keeper.held()),
+        )
+        changes = CounterMetricFamily(
+            PREFIX + "lease_changes",
+            "Lease changes of this process: claimed (free, expired or a dead process's), "
+            "released (fair share, shutdown), lost (taken over while this one held it).",
+            labels=["change"],
+        )
+        for change in ("claimed", "released", "lost"):
+            changes.add_metric([change], keeper.changes[change])
+        yield changes
+        yield CounterMetricFamily(
+            PREFIX + "lease_rounds",
+            "Lease rounds done (heartbeat, renewals, fair-share claims and releases).",
+            value=keeper.rounds,
+        )

@@ -36,7 +36,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from training_platform.api.deps import require_token
-from training_platform.api.observability.collectors import IngestCollector, PoolCollector
+from training_platform.api.observability.collectors import (
+    IngestCollector,
+    LeaseCollector,
+    PoolCollector,
+)
 from training_platform.api.websocket import CLOSE_TRY_AGAIN
 from training_platform.live.cluster_link import GAP_REASON
 
@@ -83,6 +87,7 @@ class ServerMetrics:
             self.live_drops.labels(reason)
         self.registry.register(IngestCollector(app))
         self.registry.register(PoolCollector(app))
+        self.registry.register(LeaseCollector(app))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
