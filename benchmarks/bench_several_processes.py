@@ -1,7 +1,7 @@
 """Several server processes on one PostgreSQL database: cross-process live latency.
 
-    .venv/bin/python benchmarks/bench_several_processes.py [--processes 1,2,3]
-        [--jobs 20] [--rate 5] [--seconds 20] [--admin-url postgresql+psycopg://...]
+    .venv/bin/python benchmarks/bench_several_processes.py [--processes 1,2,4]
+        [--jobs 20] [--rate 5] [--seconds 20] [--viewers 0] [--admin-url ...]
 
 For each N: a scratch database, N `training-platform serve` processes on it
 and one metrics directory (all polling every 0.2 s and watching the files;
@@ -137,16 +137,29 @@ async def write(metrics: Path, jobs: list[str], steps: int, rate: float) -> None
         await asyncio.sleep(1.0 / rate)
 
 
+def subscriptions(ports: list[int], jobs: list[str], viewers: int) -> list[tuple[int, str]]:
+    """(port, job) of every socket: one per (process, job), then `viewers` people
+    spread over the processes, 80% following one job, 20% a dashboard of up to
+    20 jobs (a socket per job, as the dashboard opens them)."""
+    sockets = [(port, job) for port in ports for job in jobs]
+    for viewer in range(viewers):
+        port = ports[viewer % len(ports)]
+        if viewer % 5 == 4:
+            sockets += [(port, job) for job in jobs[:20]]
+        else:
+            sockets.append((port, jobs[viewer % len(jobs)]))
+    return sockets
+
+
 async def measure(
-    ports: list[int], metrics: Path, jobs: list[str], steps: int, rate: float
+    ports: list[int], metrics: Path, jobs: list[str], steps: int, rate: float, viewers: int = 0
 ) -> dict[str, Any]:
-    seen: dict[tuple[int, str], dict[int, list[float]]] = {}
+    seen: dict[int, dict[int, list[float]]] = {}
     clients = []
-    for port in ports:
-        for job in jobs:
-            seen[(port, job)] = {}
-            clients.append(asyncio.create_task(client(port, job, steps - 1, seen[(port, job)])))
-    await asyncio.sleep(2.0)  # subscribed
+    for index, (port, job) in enumerate(subscriptions(ports, jobs, viewers)):
+        seen[index] = {}
+        clients.append(asyncio.create_task(client(port, job, steps - 1, seen[index])))
+    await asyncio.sleep(2.0 + len(clients) / 200)  # subscribed
     await write(metrics, jobs, steps, rate)
     await asyncio.wait_for(asyncio.gather(*clients), timeout=120)
     latencies = [value for per in seen.values() for values in per.values() for value in values]
@@ -159,6 +172,7 @@ async def measure(
         "missing": missing,
         "repeated": repeated,
         "records": len(latencies),
+        "sockets": len(clients),
     }
 
 
@@ -179,8 +193,10 @@ def run(n: int, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(1.0)  # every job discovered by every process
         cpu_before = [psutil.Process(p.pid).cpu_times() for p, _ in servers]
         steps = int(args.seconds * args.rate)
-        result = asyncio.run(
-            measure([port for _, port in servers], metrics, jobs, steps, args.rate)
+        ports = [port for _, port in servers]
+        result = asyncio.run(measure(ports, metrics, jobs, steps, args.rate, args.viewers))
+        result["rss_mb_per_process"] = statistics.fmean(
+            psutil.Process(p.pid).memory_info().rss / 2**20 for p, _ in servers
         )
         cpu = [
             (after.user + after.system) - (before.user + before.system)
@@ -197,25 +213,32 @@ def run(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", default="1,2,3")
+    parser.add_argument("--processes", default="1,2,4")
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--rate", type=float, default=5.0, help="steps per second per job")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--viewers",
+        type=int,
+        default=0,
+        help="more people watching: 80%% one job each, 20%% a dashboard of 20 jobs",
+    )
     parser.add_argument("--admin-url", default=ADMIN_URL)
     args = parser.parse_args()
     print(
         f"{args.jobs} jobs at {args.rate:g} steps/s for {args.seconds:g} s; "
-        "one client per (process, job)"
+        f"one client per (process, job) and {args.viewers} viewers"
     )
     print(
-        f"{'N':>3} {'records':>8} {'p50 ms':>8} {'p99 ms':>8} {'missing':>8} {'repeated':>9} "
-        f"{'CPU s/proc':>11}"
+        f"{'N':>3} {'sockets':>8} {'records':>8} {'p50 ms':>8} {'p99 ms':>8} {'missing':>8} "
+        f"{'repeated':>9} {'CPU s/proc':>11} {'RSS MB/proc':>12}"
     )
     for n in [int(value) for value in args.processes.split(",")]:
         r = run(n, args)
         print(
-            f"{n:>3} {r['records']:>8} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['missing']:>8} "
-            f"{r['repeated']:>9} {r['cpu_s_per_process']:>11.2f}"
+            f"{n:>3} {r['sockets']:>8} {r['records']:>8} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+            f"{r['missing']:>8} {r['repeated']:>9} {r['cpu_s_per_process']:>11.2f} "
+            f"{r['rss_mb_per_process']:>12.0f}"
         )
 
 

@@ -34,6 +34,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Final
 
+import psutil
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform import __version__
@@ -90,13 +91,14 @@ def scope_of(instance_id: str) -> str:
 
 
 def pid_is_running(pid: int) -> bool:
+    """Whether `pid` names a live process here; a zombie (killed, not yet reaped by
+    its parent) is not one: it will never renew a lease again."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:  # someone else's process: it exists
+    except psutil.AccessDenied:  # someone else's process: it exists
         return True
-    return True
 
 
 class LeaseKeeper:

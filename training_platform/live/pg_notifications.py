@@ -129,16 +129,22 @@ class Listener:
 
     def _run(self) -> None:
         delay = 0.1
+        lost = False  # logged once per outage, not at every try to reconnect
         while not self._stopping.is_set():
             try:
                 with psycopg.connect(self._url, autocommit=True) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
                     connection.execute(f"LISTEN {self._wake_channel}")
                     delay = 0.1
+                    if lost:
+                        logger.info("live listener reconnected")
+                    lost = False
                     self._safely(self._on_tick)  # whatever came while not listening
                     self._listen(connection)
             except psycopg.Error as exc:
-                logger.warning("live listener lost its connection (%s); reconnecting", exc)
+                if not lost:
+                    logger.warning("live listener lost its connection (%s); reconnecting", exc)
+                lost = True
                 self._stopping.wait(delay)
                 delay = min(_RECONNECT_MAX_S, delay * 2)
 
