@@ -96,7 +96,8 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
     assert payload["model_info"]["parameters"] > 0 and payload["model_info"]["size_mb"] > 0
     report = (out / "report.txt").read_text()
     assert "parameters" in report and "outlier(s) of 3 runs" in report
-    assert "over the runner-up" in report or "within measurement noise" in report
+    # "+12.5% over the runner-up", "3.4x the throughput of the runner-up" (past double), or a tie.
+    assert "the runner-up" in report or "within measurement noise" in report
     assert "USDT" not in result.output and "profiler_start" not in result.output
     best = payload["best_batch_size"]
     fastest = max(results, key=lambda r: r["samples_per_second"])["batch_size"]

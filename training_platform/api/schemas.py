@@ -115,6 +115,12 @@ class RunOut(BaseModel):
     file_refusals: int = Field(default=0, description="Versions refused so far.")
 
 
+class IngesterOut(BaseModel):
+    instance_id: str
+    hostname: str
+    pid: int
+
+
 class JobOut(BaseModel):
     job_id: str
     source: Literal["local", "ssh"]
@@ -163,6 +169,12 @@ class JobOut(BaseModel):
     )
     run: RunOut | None = Field(
         default=None, description="The rest of the run file; null: none read."
+    )
+    ingested_by: IngesterOut | None = Field(
+        default=None,
+        description="Several processes on PostgreSQL: the server process that holds the "
+        "job's ingest lease now (docs/live.md, 'Leases'); null on SQLite, or while no live "
+        "process holds it.",
     )
 
 

@@ -272,3 +272,26 @@ def holdings(session: Session) -> tuple[float, list[ServerInstance], list[Holdin
         ).order_by(IngestLease.job_id)
     )
     return now, instances(session), [Holding(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Ingester:
+    """The process that holds a job's lease now, as `GET /api/jobs` shows it."""
+
+    instance_id: str
+    hostname: str
+    pid: int
+
+
+def ingesters_of(session: Session, job_ids: list[str]) -> dict[str, Ingester]:
+    """The live holder of each of `job_ids` whose lease is current (one statement;
+    none on SQLite, where one process ingests everything without leases)."""
+    if not job_ids or session.get_bind().dialect.name != "postgresql":
+        return {}
+    rows = session.execute(
+        select(IngestLease.job_id, ServerInstance.instance_id, ServerInstance.hostname,
+               ServerInstance.pid)
+        .join(ServerInstance, ServerInstance.instance_id == IngestLease.holder)
+        .where(IngestLease.job_id.in_(job_ids), IngestLease.expires_at > db_now(session))
+    )  # fmt: skip
+    return {job_id: Ingester(instance, host, pid) for job_id, instance, host, pid in rows}

@@ -76,7 +76,7 @@ def best_batch_size(
 
 
 def margin_text(best: BatchResult, runner: BatchResult) -> str:
-    """``+12.5% over the runner-up``, or ``3.4x the runner-up's throughput`` past double.
+    """``+12.5% over the runner-up``, or ``3.4x the throughput of the runner-up`` past double.
 
     A percentage in the thousands reads as a measurement error even when it
     is real (a GPU at batch 32 against batch 1): a ratio says it plainly.

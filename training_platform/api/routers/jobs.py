@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from training_platform.api.deps import KnownJobId, SessionDep, SettingsDep, SyncServiceDep
 from training_platform.api.schemas import (
     ErrorOut,
+    IngesterOut,
     JobCreate,
     JobList,
     JobOut,
@@ -33,6 +34,7 @@ from training_platform.store.jobs import (
     page_jobs,
     summarize_jobs,
 )
+from training_platform.store.leases import Ingester, ingesters_of
 from training_platform.store.models import Job, RunFile
 from training_platform.store.run_meta import (
     USER_TAGS,
@@ -48,7 +50,7 @@ JobStatus = Literal["pending", "running", "completed", "failed", "stopped", "sta
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-def job_out(summary: JobSummary) -> JobOut:
+def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
     job = summary.job
     ssh = None
     if job.source == "ssh":
@@ -83,6 +85,7 @@ def job_out(summary: JobSummary) -> JobOut:
         last_synced_at=job.last_synced_at,
         last_sync_error=job.last_sync_error,
         sync=SyncStateOut.model_validate(summary.sync) if summary.sync else None,
+        ingested_by=None if ingester is None else IngesterOut(**vars(ingester)),
         **run_fields(job, summary.run),
     )
 
@@ -173,7 +176,8 @@ def list_jobs_route(
         statuses=status or (), project=project, tags=tag or (), query=q,
     )  # fmt: skip
     response.headers[TOTAL_HEADER] = str(total)
-    return JobList(jobs=[job_out(summary) for summary in summaries])
+    holders = ingesters_of(session, [summary.job.job_id for summary in summaries])
+    return JobList(jobs=[job_out(each, holders.get(each.job.job_id)) for each in summaries])
 
 
 @router.get(
@@ -184,7 +188,7 @@ def list_jobs_route(
 )
 def get_job_route(job_id: KnownJobId, session: SessionDep) -> JobOut:
     """Status (from the trainer's status file), progress, anomaly flags and sync counters."""
-    return job_out(summarize_jobs(session, job_id)[0])
+    return job_out(summarize_jobs(session, job_id)[0], ingesters_of(session, [job_id]).get(job_id))
 
 
 @router.patch(

@@ -7,6 +7,7 @@ import { describe, test } from "node:test";
 import {
   filtersActive,
   groupByProject,
+  ingesterLabel,
   jobsApiFilters,
   jobsHash,
   metaPatch,
@@ -105,5 +106,19 @@ describe("editing a run's name, tags and notes", () => {
 
   test("a run without metadata", () => {
     assert.deepEqual(metaPatch({ job_id: "b" }, { name: "x", tags: "", notes: "" }), { name: "x" });
+  });
+});
+
+describe("the process that ingests a run", () => {
+  test("named by host and pid, with the instance in the tooltip", () => {
+    const job = { ingested_by: { instance_id: "gpu-api-1/4026:4242:ab12", hostname: "gpu-api-1", pid: 4242 } };
+    const label = ingesterLabel(job);
+    assert.equal(label.text, "via gpu-api-1:4242");
+    assert.match(label.title, /process 4242 on gpu-api-1 \(gpu-api-1\/4026:4242:ab12\)/);
+  });
+
+  test("nothing on one process or while nobody holds it", () => {
+    assert.equal(ingesterLabel({ ingested_by: null }), null);
+    assert.equal(ingesterLabel({}), null);
   });
 });

@@ -160,3 +160,17 @@ export function storedTitle(figures) {
     ? `${base} Fewer records than steps is normal: a trainer that logs every few steps stores one record per logged step.`
     : base;
 }
+
+/**
+ * Which server process ingests the job (several processes on PostgreSQL: the holder
+ * of its lease, `ingested_by`), as the source column shows it, and its tooltip.
+ * Null on one process (SQLite) or while no live process holds the job.
+ */
+export function ingesterLabel(job) {
+  const by = job.ingested_by;
+  if (!by) return null;
+  return {
+    text: `via ${by.hostname}:${by.pid}`,
+    title: `Ingested by server process ${by.pid} on ${by.hostname} (${by.instance_id}), which holds this run's lease`,
+  };
+}

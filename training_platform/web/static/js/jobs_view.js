@@ -18,7 +18,7 @@ import { ApiError, api, enc } from "./api.js";
 import { MAX_RUNS, compareHash } from "./compare_logic.js";
 import { debounce, fmtAgo, fmtTime, h, statusBadge } from "./format.js";
 import {
-  HEALTHS, STATUSES, filtersActive, groupByProject, jobsApiFilters, jobsHash, parseJobsState,
+  HEALTHS, STATUSES, filtersActive, groupByProject, ingesterLabel, jobsApiFilters, jobsHash, parseJobsState,
   parseTags, progressFigures, storedText, storedTitle, toggleSelection,
 } from "./jobs_logic.js";
 import { progressCell } from "./panels.js";
@@ -234,6 +234,7 @@ export class JobsView {
       ? h("span", { class: "badge anomaly-badge", title: job.anomaly_reason || "" }, `⚠ ${job.anomaly_count}`)
       : h("span", { class: "muted" }, "none");
     const source = job.source === "ssh" && job.ssh ? `ssh ${job.ssh.host}` : "local";
+    const ingester = ingesterLabel(job);
     const refuse = full && !isSelected;
     const box = h("input", { type: "checkbox", class: "select-job", checked: isSelected,
       "aria-label": `Compare ${job.job_id}`,
@@ -253,7 +254,8 @@ export class JobsView {
       h("td", { class: "stored-cell", title: storedTitle(progressFigures(job)) }, storedText(progressFigures(job))),
       h("td", { title: fmtTime(job.updated_at) }, fmtAgo(job.updated_at ?? job.last_synced_at)),
       h("td", {}, anomalies),
-      h("td", { class: "muted" }, source),
+      h("td", { class: "muted source-cell" }, source,
+        ingester ? h("span", { class: "ingester", title: ingester.title }, ingester.text) : ""),
       h("td", {}, h("button", { class: "link edit-job", title: `Name, tags and notes of ${job.job_id}`,
         "aria-label": `Edit run ${job.job_id}`, onclick: () => this.editor.open(job) }, "edit")),
       h("td", {}, h("button", { class: "link delete-job", title: `Delete run ${job.job_id}`,
