@@ -1,0 +1,98 @@
+"""Reading a TensorBoard event file: ours against TensorBoard's own loader.
+
+    .venv/bin/python benchmarks/bench_tensorboard_read.py [--events 200000]
+
+A file of `--events` scalar events (20 tags a step) written by torch's
+`SummaryWriter`, then read whole, side by side in one run:
+
+- **ours**: `ingest/formats/tfrecord.py` in 8 MiB reads (checksums by
+  google-crc32c) and `ingest/formats/tensorboard.py` (TensorBoard's protobuf
+  messages), up to the platform's records, one per step;
+- **TensorBoard's `EventFileLoader`** merely loading every event into a list
+  (what `tbparse` builds on; without TensorFlow its record reader checks the
+  CRCs in pure Python);
+- **tbparse**'s `SummaryReader(...).scalars` when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from training_platform.ingest.formats.tensorboard import decode_events, records_of
+from training_platform.ingest.formats.tfrecord import read_records
+
+TAGS = 20
+
+
+def write(directory: Path, events: int) -> Path:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(directory), max_queue=10_000)
+    for index in range(events):
+        step, tag = divmod(index, TAGS)
+        writer.add_scalar(f"group{tag % 4}/series{tag}", 0.001 * index, step)
+    writer.close()
+    (path,) = directory.glob("events.out.tfevents.*")
+    return path
+
+
+def ours(path: Path) -> int:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+
+        def read_at(offset: int, length: int) -> bytes:
+            handle.seek(offset)
+            return handle.read(length)
+
+        offset, built = 0, 0
+        while True:
+            batch = read_records(read_at, size, offset, 8 << 20)
+            built += len(records_of(decode_events(batch.records).scalars))
+            offset = batch.offset
+            if batch.at_eof:
+                return built
+
+
+def tensorboard_loader(path: Path) -> int:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    return len(list(EventFileLoader(str(path)).Load()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        started = time.perf_counter()
+        path = write(Path(scratch), args.events)
+        print(f"{args.events:,} scalar events, {path.stat().st_size / 2**20:.1f} MiB "
+              f"(written in {time.perf_counter() - started:.1f} s)")  # fmt: skip
+        rows: list[tuple[str, Callable[[Path], int]]] = [
+            ("ours: framing, checksums, events, records", ours)
+        ]
+        rows.append(("TensorBoard's EventFileLoader, events into a list", tensorboard_loader))
+        try:
+            from tbparse import SummaryReader
+
+            rows.append(
+                ("tbparse SummaryReader(...).scalars", lambda p: len(SummaryReader(str(p)).scalars))
+            )
+        except ImportError:
+            print("(tbparse not installed: pip install tbparse to compare with it too)")
+        floor = None
+        for name, read in rows:
+            started = time.perf_counter()
+            count = read(path)
+            elapsed = time.perf_counter() - started
+            floor = floor or elapsed
+            print(f"{name:<52} {elapsed:8.2f} s  {args.events / elapsed:>11,.0f} events/s  "
+                  f"{elapsed / floor:5.2f}x ours  ({count:,} out)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
