@@ -56,6 +56,9 @@ class SSHSourceIn(RequestBody):
     )
 
 
+JobFormat = Literal["platform", "verl_file"]
+
+
 class JobCreate(RequestBody):
     """Register a job: exactly one of `metrics_dir` (a local directory) and `ssh`."""
 
@@ -69,6 +72,13 @@ class JobCreate(RequestBody):
         "one `{step}.jsonl` per step), read as the job's samples; it may not exist yet. "
         "Without it, `{job_id}_rollouts/` next to the metrics file is read when present.",
         examples=["/data/verl_rollouts/run7"],
+    )
+    format: JobFormat = Field(
+        default="platform",
+        description="Whose files: `platform` (the callback's `{job_id}_metrics.jsonl`, ...) "
+        "or `verl_file` (verl's `file` logger, `{job_id}.jsonl` in the directory: lines "
+        '`{"step": N, "data": {...}}`). TensorBoard, MLflow, W&B and Trackio runs are '
+        "being built (docs/contract.md, 'Runs logged by other tools').",
     )
 
     @model_validator(mode="after")
@@ -169,6 +179,9 @@ class JobOut(BaseModel):
     )
     run: RunOut | None = Field(
         default=None, description="The rest of the run file; null: none read."
+    )
+    format: str = Field(
+        default="platform", description="Whose files the job is read from (see `JobCreate`)."
     )
     ingested_by: IngesterOut | None = Field(
         default=None,

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
+from training_platform.ingest.formats.verl_file import METRICS_KINDS
 from training_platform.ingest.host_names import check_ssh_host
 from training_platform.ingest.persister import ensure_sync_state
 from training_platform.ingest.readers import LocalMetricsReader, MetricsReader, discover_job_ids
@@ -77,8 +78,12 @@ def register_job(
     metrics_dir: str | None = None,
     ssh: SSHSource | None = None,
     rollout_dir: str | None = None,
+    format: str = "platform",
 ) -> tuple[Job, bool]:
     """Register a job; returns (job, created). Same source again is a no-op.
+
+    `format`: whose files (`jobs.format`): "platform" (the callback's) or
+    "verl_file" (verl's file logger, `{job_id}.jsonl`; ingest/formats/).
 
     Exactly one of `metrics_dir` and `ssh` must be given; `rollout_dir` (verl's
     rollout dumps, `ingest/rollouts.py`) only with `metrics_dir`: an SSH job
@@ -94,7 +99,11 @@ def register_job(
         raise InvalidSourceError("give exactly one of 'metrics_dir' and 'ssh'")
     if rollout_dir is not None and ssh is not None:
         raise InvalidSourceError("an SSH job's rollout directory is 'ssh.remote_rollout_dir'")
-    candidate = Job(job_id=job_id, discovered=False, status="pending", anomaly_detected=False)
+    if format not in METRICS_KINDS:
+        raise InvalidSourceError(f"unknown format {format!r}: one of {', '.join(METRICS_KINDS)}")
+    candidate = Job(
+        job_id=job_id, discovered=False, status="pending", anomaly_detected=False, format=format
+    )
     if metrics_dir is not None:
         directory = allowed_directory(metrics_dir, "metrics_dir", settings)
         if not directory.is_dir():
@@ -159,7 +168,7 @@ def allowed_directory(text: str, field: str, settings: Settings) -> Path:
 def _same_source(a: Job, b: Job) -> bool:
     fields = (
         "source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username", "ssh_key_path",
-        "ssh_remote_dir", "rollout_dir",
+        "ssh_remote_dir", "rollout_dir", "format",
     )  # fmt: skip
     return all(getattr(a, name) == getattr(b, name) for name in fields)
 

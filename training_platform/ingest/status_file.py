@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, TypeGuard
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -64,10 +65,18 @@ def sync_anomaly_from_status_file(session: Session, job: Job, reader: MetricsRea
 
 
 def sync_status(
-    factory: sessionmaker[Session], job: Job, reader: MetricsReader, stall: StallWatch | None
+    factory: sessionmaker[Session],
+    job: Job,
+    reader: MetricsReader,
+    stall: StallWatch | None,
+    started: bool = False,
 ) -> tuple[Job, bool]:
     """Copy the status file onto `job` (as loaded by the sync service, detached), with
     the stalled verdict, and commit; returns the job and whether its status changed.
+
+    A run logged by another tool (`job.format` not "platform") has no status
+    file: `started` (this sync stored records) makes a pending one running,
+    and the stall rule takes it from there.
 
     Costs no database round trip when nothing changed: the job is attached
     without a SELECT and only a change is flushed (UPDATE of the changed
@@ -77,6 +86,9 @@ def sync_status(
         job = session.merge(job, load=False)
         before = _status_fields(job)
         sync_anomaly_from_status_file(session, job, reader)
+        if started and job.format != "platform" and job.status == "pending":
+            job.status = "running"
+            job.started_at = job.started_at or time.time()
         if stall is not None:
             review_stall(stall, session, job)
         # Compared as a whole, not as "did the file change anything": the

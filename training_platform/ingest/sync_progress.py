@@ -20,7 +20,7 @@ class SyncProgress:
         self._reached: dict[str, tuple[int, int]] = {}
 
     def note(self, job_id: str, kind: LineFileKind, result: SyncResult) -> None:
-        if kind is METRICS:
+        if kind.name == METRICS.name:  # the job's metrics, whichever tool wrote them
             self._reached[job_id] = (result.offset, result.file_size)
 
     def forget(self, job_id: str) -> None:

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.errors import JobNotFoundError, LeaseLostError, MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
+from training_platform.ingest.formats.verl_file import METRICS_KINDS, VERL_FILE_SUFFIX
 from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.ingest_stats import IngestStats
 from training_platform.ingest.job_position import load_job
@@ -110,6 +111,7 @@ class SyncService:
         # them to the end, and the status the job had then (see `is_unchanged`).
         self._seen: dict[str, FileSignature] = {}
         self._statuses: dict[str, str] = {}
+        self._formats: dict[str, str] = {}  # job id -> its format, as of its last sync
         self._failures = FailureLog(logger)  # each job's error, logged once per change
         self.stats = IngestStats()  # what this process ingested, for GET /metrics
         self._guard = threading.Lock()
@@ -157,6 +159,7 @@ class SyncService:
         with self._guard:
             self._seen.pop(job_id, None)
             self._statuses.pop(job_id, None)
+            self._formats.pop(job_id, None)
         self._failures.forget(job_id)
 
     def is_unchanged(self, job_id: str, signature: FileSignature) -> bool:
@@ -251,7 +254,8 @@ class SyncService:
             signature = file_signature(job.metrics_dir, job_id, suffixes, None, directory)
         settled = True  # nothing left that the signature would not notice
         try:
-            result = self._sync_file(job_id, reader, METRICS, position, deadline=deadline)
+            metrics = METRICS_KINDS.get(job.format, METRICS)  # verl's file logger, ...
+            result = self._sync_file(job_id, reader, metrics, position, deadline=deadline)
             line_kinds = self._line_kinds_of(job_id, reader)
             for kind in line_kinds:
                 if not result.at_eof:
@@ -266,13 +270,14 @@ class SyncService:
                 # announced before them (a run "finished" ahead of its last
                 # steps). The sync that reaches the end reads it.
                 return JobSyncOutcome(result, status_changed=False)
-            job, status_changed = sync_status(self._factory, job, reader, self.stall)
+            started = result.new_metrics > 0
+            job, status_changed = sync_status(self._factory, job, reader, self.stall, started)
             sync_run_file(self._factory, job_id, reader, force=status_changed)  # before it's told
             if status_changed and job.status in TERMINAL_STATUSES:
                 # A trainer writes its last lines before its final status; a
                 # line appended between our two reads would otherwise be
                 # announced after the run's end. One more read catches it.
-                result.add(self._sync_file(job_id, reader, METRICS))
+                result.add(self._sync_file(job_id, reader, metrics))
                 for kind in line_kinds:
                     self._sync_file(job_id, reader, kind)
                 settled = self._sync_rollouts(job, reader, None).settled and settled
@@ -281,6 +286,7 @@ class SyncService:
             raise
         with self._guard:
             self._statuses[job_id] = job.status
+            self._formats[job_id] = job.format
             if signature is not None and settled:
                 self._seen[job_id] = signature
         if status_changed and self.listener is not None:
@@ -295,9 +301,10 @@ class SyncService:
 
     def suffixes_of(self, job_id: str) -> tuple[str, ...]:
         """The suffixes of every file of the job whose change is worth a sync."""
+        own = (VERL_FILE_SUFFIX,) if self._formats.get(job_id) == "verl_file" else ()
         if self.host_files is None:
-            return self.watched_suffixes
-        return (*self.watched_suffixes, *self.host_files.suffixes(job_id))
+            return (*self.watched_suffixes, *own)
+        return (*self.watched_suffixes, *own, *self.host_files.suffixes(job_id))
 
     def _line_kinds_of(self, job_id: str, reader: MetricsReader) -> tuple[LineFileKind, ...]:
         if self.host_files is None:

@@ -37,6 +37,7 @@ from watchfiles import awatch
 
 from training_platform.callbacks.wire.schema import JOB_ID_PATTERN, MAX_STEP
 from training_platform.history.metrics_query import list_metrics
+from training_platform.ingest.formats.verl_file import VERL_FILE_SUFFIX
 from training_platform.ingest.polling import KnownJob, PollRule, known_jobs
 from training_platform.ingest.readers import STATUS_SUFFIX, discover_job_ids
 from training_platform.ingest.sync_service import SyncService
@@ -361,10 +362,18 @@ def _quietly(action: Callable[[], object]) -> None:
 
 
 def _job_of(name: str, suffixes: tuple[str, ...]) -> str | None:
-    """The job whose file `name` is (one of `suffixes` after a valid job id, or one
-    of its hosts' system files), else None."""
+    """The job whose file `name` is (one of `suffixes` after a valid job id, one of
+    its hosts' system files, or a verl file logger's `{job_id}.jsonl`), else None."""
     for suffix in suffixes:
         if name.endswith(suffix):
-            job_id = name[: -len(suffix)]
-            return job_id if JOB_ID_PATTERN.fullmatch(job_id) else None
-    return job_of_host_file(name)
+            return _valid_job_id(name[: -len(suffix)])
+    host_job = job_of_host_file(name)
+    if host_job is not None:
+        return host_job
+    if name.endswith(VERL_FILE_SUFFIX):
+        return _valid_job_id(name.removesuffix(VERL_FILE_SUFFIX))
+    return None
+
+
+def _valid_job_id(job_id: str) -> str | None:
+    return job_id if JOB_ID_PATTERN.fullmatch(job_id) else None

@@ -77,6 +77,8 @@ class Job(Base):
     notes: Mapped[str | None] = mapped_column(Text)
     # The number of its latest live announcement (`live_outbox`; PostgreSQL only).
     live_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # Whose files: "platform" (the callback's) or another tool's (ingest/formats/).
+    format: Mapped[str] = mapped_column(String(16), default="platform", server_default="platform")
 
 
 class LiveOutbox(Base):

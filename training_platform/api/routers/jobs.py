@@ -86,6 +86,7 @@ def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
         last_sync_error=job.last_sync_error,
         sync=SyncStateOut.model_validate(summary.sync) if summary.sync else None,
         ingested_by=None if ingester is None else IngesterOut(**vars(ingester)),
+        format=job.format,
         **run_fields(job, summary.run),
     )
 
@@ -256,6 +257,7 @@ def register_job_route(
         metrics_dir=body.metrics_dir,
         ssh=ssh,
         rollout_dir=body.rollout_dir,
+        format=body.format,
     )
     if created and ssh is not None:
         try:
