@@ -347,11 +347,13 @@ def _register_tools() -> None:
     # These modules import only typer at the top; torch and matplotlib load when run.
     from training_platform.demo.cli import demo_train
     from training_platform.export_cli import export
+    from training_platform.import_cli import import_runs
     from training_platform.profile_report.cli import profile_report
     from training_platform.tools.cli import gpu_check, profile_inference
 
     app.command("demo-train")(demo_train)
     app.command("export")(export)
+    app.command("import")(import_runs)
     app.command("gpu-check")(gpu_check)
     app.command("profile-inference")(profile_inference)
     app.command("profile-report")(profile_report)

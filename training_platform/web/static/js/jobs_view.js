@@ -22,6 +22,7 @@ import {
   parseTags, progressFigures, storedText, storedTitle, toggleSelection,
 } from "./jobs_logic.js";
 import { progressCell } from "./panels.js";
+import { RegisterForm } from "./register_form.js";
 import { RunMetaEditor } from "./run_meta_editor.js";
 import { healthBadge, tagChips } from "./run_labels.js";
 
@@ -63,6 +64,7 @@ export class JobsView {
           h("button", { type: "button", class: "danger", id: "delete-confirm",
             onclick: () => this.confirmDelete() }, "Delete"))));
     this.editor = new RunMetaEditor(() => this.refresh());
+    this.register = new RegisterForm(() => this.refresh());
     this.filters = this.buildFilters();
     this.selectionBar = h("div", { class: "selection-bar", id: "jobs-selection" });
   }
@@ -78,7 +80,8 @@ export class JobsView {
         this.table),
       h("p", {}, this.more),
       this.dialog,
-      this.editor.root);
+      this.editor.root,
+      this.register.root);
     this.showSelection();
     await this.refresh();
     this.timer = setInterval(() => this.refresh(), REFRESH_MS);
@@ -112,7 +115,9 @@ export class JobsView {
       this.search,
       h("span", { class: "status-filters", title: "Runs with any of the ticked statuses" },
         this.statusBoxes.map((box) => h("label", { class: "status-filter" }, box, box.value))),
-      this.health, this.tags, this.projectChip, this.clear);
+      this.health, this.tags, this.projectChip, this.clear,
+      h("button", { type: "button", id: "jobs-register", title: "A run whose files are elsewhere, "
+        + "or logged by verl's file logger", onclick: () => this.register.open() }, "Register a run"));
   }
 
   /** The controls as the state says (a tag clicked in a row, "only this project", Clear). */
