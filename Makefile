@@ -35,14 +35,15 @@ test-fast: .venv/bin/pytest
 	scripts/setup.sh test
 
 # Python: ruff; mypy --strict on the server core and the API (docs/architecture.md),
-# plain mypy on the rest. The dashboard's JavaScript: ESLint (docs/dashboard.md).
+# plain mypy on the rest (benchmarks and scripts too). The dashboard's JavaScript:
+# ESLint (docs/dashboard.md).
 STRICT_TYPED = training_platform/store training_platform/history training_platform/ingest \
 	training_platform/live training_platform/api training_platform/services.py
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy --strict $(STRICT_TYPED)
-	.venv/bin/mypy training_platform benchmarks
+	.venv/bin/mypy training_platform benchmarks scripts
 	npm --prefix training_platform/web run lint
 
 format:

@@ -33,7 +33,9 @@ LIVE = "/api/monitoring/run1/live"
 # kernel buffers of one loopback socket can absorb.
 EXTRA = {f"actor/metric_{i:04d}": 0.5 + i for i in range(400)}
 HISTORY_RECORDS = 400
-NORMAL_LATENCY = 1.0  # seconds: these requests take milliseconds when nothing is wrong
+# Seconds: these requests take milliseconds when nothing is wrong, and a loaded CI
+# machine once took 1.3 s; a stuck event loop would take a whole send timeout (3 s).
+NORMAL_LATENCY = 2.0
 
 
 def stalled_client(port: int, path: str, *, extra_headers: str = "") -> socket.socket:
@@ -91,8 +93,9 @@ def test_clients_that_never_read_are_closed_by_the_send_timeout(
 ) -> None:
     run1 = metrics_dir / "run1_metrics.jsonl"
     append_steps(run1, range(HISTORY_RECORDS), extra=EXTRA)
-    # Pings off: only the send timeout can notice these clients.
-    tight = live_settings(settings, live_send_timeout=1.0, ws_ping_interval=0)
+    # Pings off: only the send timeout can notice these clients. Longer (3 s) than
+    # NORMAL_LATENCY, so that a loop blocked by a stuck send shows in the answers.
+    tight = live_settings(settings, live_send_timeout=3.0, ws_ping_interval=0)
     with live_server(tight) as server:
         base = server.http_url("")
         assert httpx.post(base + "/api/monitoring/run1/metrics/sync", timeout=60).status_code == 200
@@ -101,8 +104,8 @@ def test_clients_that_never_read_are_closed_by_the_send_timeout(
         ) as stalled:
             assert wait_for(lambda: server.hub.subscriber_count("run1") == 3)
             assert_api_answers_promptly(base)  # while their sends are stuck
-            # The send timeout (1 s) plus the bounded close: well under 15 s.
-            assert wait_for(lambda: open_server_connections(server, stalled) == 0, timeout=15), (
+            # The send timeout (3 s) plus the bounded close: well under 20 s.
+            assert wait_for(lambda: open_server_connections(server, stalled) == 0, timeout=20), (
                 "the server still holds connections to clients that never read"
             )
             assert server.hub.subscriber_count("run1") == 0
