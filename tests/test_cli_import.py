@@ -86,6 +86,10 @@ def test_bad_arguments_are_one_line_each(database_url: str, tmp_path: Path) -> N
     assert_one_line_error(
         *_code_err(run("import", str(directory), "--format", "csv")), "--format must be"
     )
+    assert_one_line_error(
+        *_code_err(run("import", str(directory), "--database-url", "notaurl")),
+        "bad database URL",
+    )
 
 
 def _code_err(result: tuple[int, str, str]) -> tuple[int, str]:

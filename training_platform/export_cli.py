@@ -9,21 +9,21 @@ never leaves a file that looks whole.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
-from training_platform.errors import PlatformError
+from training_platform.cli_support import (
+    DatabaseUrlOption,
+    QuietOption,
+    default_database_url,
+    fail,
+    known_errors,
+)
 
 FORMATS = ("csv", "parquet", "jsonl")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 def export(
@@ -47,56 +47,26 @@ def export(
     ] = None,
     start_step: Annotated[int | None, typer.Option(min=0, help="First step (inclusive).")] = None,
     end_step: Annotated[int | None, typer.Option(min=0, help="Last step (inclusive).")] = None,
-    database_url: Annotated[
-        str | None, typer.Option(help="Database URL (env DATABASE_URL; default the server's).")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    database_url: DatabaseUrlOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Export a run's stored records (or samples, or anomalies) to Parquet, CSV or JSONL."""
     if format not in FORMATS:
-        _fail(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
+        fail(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
     if samples and anomalies:
-        _fail("give --samples or --anomalies, not both")
+        fail("give --samples or --anomalies, not both")
     kind = "samples" if samples else "anomalies" if anomalies else "metrics"
     names = None
     if fields is not None:
-        names = [name.strip() for name in fields.split(",") if name.strip()] or _fail(
+        names = [name.strip() for name in fields.split(",") if name.strip()] or fail(
             "--fields must name at least one column or group"
         )
-    url = database_url or _default_database_url()
-    with _known_errors(url):
+    url = database_url or default_database_url()
+    with known_errors():
         written, path = _run(
             url, job_id, kind, format, output, names, start_step, end_step, quiet=quiet
         )
     typer.echo(f"{written:,} rows of {job_id!r} ({kind}) written to {path}", err=True)
-
-
-def _default_database_url() -> str:
-    from pydantic import ValidationError
-
-    from training_platform.settings import Settings
-
-    try:
-        return Settings().database_url
-    except ValidationError as exc:
-        _fail(f"invalid settings: {exc.errors()[0]['msg']}")
-
-
-@contextlib.contextmanager
-def _known_errors(url: str) -> Any:
-    from sqlalchemy.exc import ArgumentError, DBAPIError
-
-    try:
-        yield
-    except PlatformError as exc:
-        _fail(str(exc))
-    except ArgumentError as exc:
-        _fail(f"bad database URL: {exc}")
-    except DBAPIError as exc:
-        first = str(exc.orig or exc).strip().splitlines()
-        _fail(f"cannot read the database: {first[0] if first else exc.__class__.__name__}")
-    except ModuleNotFoundError as exc:
-        _fail(f"bad database URL: its driver is not installed ({exc})")
 
 
 def _run(
@@ -124,7 +94,7 @@ def _run(
     from training_platform.store.jobs import get_job
 
     if start_step is not None and end_step is not None and start_step > end_step:
-        _fail(f"--start-step {start_step} is after --end-step {end_step}")
+        fail(f"--start-step {start_step} is after --end-step {end_step}")
     engine = make_engine(url)
     try:
         sessions = make_session_factory(engine)

@@ -20,21 +20,17 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import orjson
 import typer
 
+from training_platform.cli_support import DatabaseUrlOption, QuietOption, fail, known_errors
 from training_platform.errors import PlatformError
 
 FORMATS = ("auto", "platform", "verl_file")
 _PLATFORM_SUFFIX = "_metrics.jsonl"
 _OTHER_PLATFORM_FILES = ("_samples.jsonl", "_system.jsonl")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 def sniff(path: Path) -> tuple[str, str] | None:
@@ -67,7 +63,7 @@ def _runs(path: Path, format: str) -> list[tuple[Path, str, str]]:
         found = sniff(file)
         if found is None:
             if path.is_file():
-                _fail(f"{file}: not a run's file this version reads (see --help)")
+                fail(f"{file}: not a run's file this version reads (see --help)")
             continue
         name, sniffed = found
         if format != "auto":
@@ -82,39 +78,36 @@ def import_runs(
     format: Annotated[
         str, typer.Option("--format", "-f", help="auto, platform or verl_file.")
     ] = "auto",
-    database_url: Annotated[
-        str | None, typer.Option(help="Database URL (env DATABASE_URL; default the server's).")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    database_url: DatabaseUrlOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Import finished runs (the platform's files, verl's file logger) without a server."""
     if format not in FORMATS:
-        _fail(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
+        fail(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
     if not path.exists():
-        _fail(f"{path} does not exist")
+        fail(f"{path} does not exist")
     runs = _runs(path.resolve(), format)
     if not runs:
-        _fail(f"no run found in {path} (platform `*_metrics.jsonl`, verl `*.jsonl`)")
+        fail(f"no run found in {path} (platform `*_metrics.jsonl`, verl `*.jsonl`)")
     from training_platform.services import build_services
     from training_platform.settings import Settings
     from training_platform.store.database import make_engine, make_session_factory, prepare_schema
 
     settings = Settings() if database_url is None else Settings(database_url=database_url)
-    engine = make_engine(settings.database_url)
     failed = 0
-    try:
-        prepare_schema(engine, auto_migrate=settings.auto_migrate)
-        services = build_services(make_session_factory(engine), settings)
+    with known_errors():  # a bad URL, a database that is down: one line, exit 1
+        engine = make_engine(settings.database_url)
         try:
-            with _progress(quiet) as progress:
-                for file, name, kind in runs:
-                    failed += not _import_one(services, settings, file, name, kind, progress)
+            prepare_schema(engine, auto_migrate=settings.auto_migrate)
+            services = build_services(make_session_factory(engine), settings)
+            try:
+                with _progress(quiet) as progress:
+                    for file, name, kind in runs:
+                        failed += not _import_one(services, settings, file, name, kind, progress)
+            finally:
+                services.close()
         finally:
-            services.close()
-    except PlatformError as exc:
-        _fail(str(exc))
-    finally:
-        engine.dispose()
+            engine.dispose()
     if failed:
         raise typer.Exit(1)
 

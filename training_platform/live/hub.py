@@ -290,11 +290,14 @@ class LiveHub:
             ):
                 for _change, path in changes:
                     directory, name = os.path.split(path)
+                    known = self._local_jobs.get(directory, ())
                     job_id = _job_of(name, suffixes)
-                    if job_id is None:
-                        continue
-                    if job_id in self._local_jobs.get(directory, ()) or directory == metrics_dir:
+                    if job_id is not None and (job_id in known or directory == metrics_dir):
                         self.request_sync(job_id)  # a new file in metrics_dir: sync discovers it
+                        continue
+                    verl_job = _verl_job_of(name)  # registered only, never discovered
+                    if verl_job is not None and verl_job in known:
+                        self.request_sync(verl_job)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -362,17 +365,19 @@ def _quietly(action: Callable[[], object]) -> None:
 
 
 def _job_of(name: str, suffixes: tuple[str, ...]) -> str | None:
-    """The job whose file `name` is (one of `suffixes` after a valid job id, one of
-    its hosts' system files, or a verl file logger's `{job_id}.jsonl`), else None."""
+    """The job whose file `name` is (one of `suffixes` after a valid job id, or one
+    of its hosts' system files), else None."""
     for suffix in suffixes:
         if name.endswith(suffix):
             return _valid_job_id(name[: -len(suffix)])
-    host_job = job_of_host_file(name)
-    if host_job is not None:
-        return host_job
-    if name.endswith(VERL_FILE_SUFFIX):
-        return _valid_job_id(name.removesuffix(VERL_FILE_SUFFIX))
-    return None
+    return job_of_host_file(name)
+
+
+def _verl_job_of(name: str) -> str | None:
+    """The job a verl file logger's `{job_id}.jsonl` would be (only a registered one is)."""
+    if not name.endswith(VERL_FILE_SUFFIX):
+        return None
+    return _valid_job_id(name.removesuffix(VERL_FILE_SUFFIX))
 
 
 def _valid_job_id(job_id: str) -> str | None:

@@ -210,7 +210,7 @@ export class JobsView {
     } else {
       this.note.textContent = filtered
         ? "No job matches these filters."
-        : "No jobs yet: start a training run with PlatformCallback writing to PLATFORM_METRICS_DIR, or register one with POST /api/jobs.";
+        : "No jobs yet: start a training run with PlatformCallback writing to PLATFORM_METRICS_DIR, or register one (Register a run, or POST /api/jobs).";
     }
     this.more.hidden = !this.hasMore;
     const selected = new Set(this.state.selected);
