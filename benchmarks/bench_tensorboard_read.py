@@ -8,6 +8,10 @@ A file of `--events` scalar events (20 tags a step) written by torch's
 - **ours**: `ingest/formats/tfrecord.py` in 8 MiB reads (checksums by
   google-crc32c) and `ingest/formats/tensorboard.py` (TensorBoard's protobuf
   messages), up to the platform's records, one per step;
+- **ours, imported**: what `training-platform import` does with the run
+  directory: registered as a TensorBoard job in a fresh SQLite database and
+  read to its end by the server's sync service (every batch its own
+  exactly-once transaction, rollups included);
 - **TensorBoard's `EventFileLoader`** merely loading every event into a list
   (what `tbparse` builds on; without TensorFlow its record reader checks the
   CRCs in pure Python);
@@ -57,6 +61,37 @@ def ours(path: Path) -> int:
                 return built
 
 
+def imported(path: Path) -> int:
+    """The run directory into a fresh SQLite database, as `training-platform import`."""
+    from sqlalchemy import func, select
+
+    from training_platform.ingest.registry import register_job
+    from training_platform.services import build_services
+    from training_platform.settings import Settings
+    from training_platform.store.database import make_engine, make_session_factory, prepare_schema
+    from training_platform.store.models import TrainingMetric
+
+    with tempfile.TemporaryDirectory() as scratch:
+        settings = Settings(database_url=f"sqlite:///{scratch}/bench.db", metrics_dir=Path(scratch))
+        engine = make_engine(settings.database_url)
+        prepare_schema(engine, auto_migrate=True)
+        factory = make_session_factory(engine)
+        services = build_services(factory, settings)
+        try:
+            with factory.begin() as session:
+                register_job(
+                    session, settings, job_id="bench", metrics_dir=str(path.parent),
+                    format="tensorboard",
+                )  # fmt: skip
+            while not services.sync.sync_job("bench").result.at_eof:
+                pass
+            with factory() as session:
+                return int(session.scalar(select(func.count()).select_from(TrainingMetric)) or 0)
+        finally:
+            services.close()
+            engine.dispose()
+
+
 def tensorboard_loader(path: Path) -> int:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
@@ -73,7 +108,8 @@ def main() -> None:
         print(f"{args.events:,} scalar events, {path.stat().st_size / 2**20:.1f} MiB "
               f"(written in {time.perf_counter() - started:.1f} s)")  # fmt: skip
         rows: list[tuple[str, Callable[[Path], int]]] = [
-            ("ours: framing, checksums, events, records", ours)
+            ("ours: framing, checksums, events, records", ours),
+            ("ours, imported into SQLite (rows stored)", imported),
         ]
         rows.append(("TensorBoard's EventFileLoader, events into a list", tensorboard_loader))
         try:

@@ -94,3 +94,65 @@ def test_bad_arguments_are_one_line_each(database_url: str, tmp_path: Path) -> N
 
 def _code_err(result: tuple[int, str, str]) -> tuple[int, str]:
     return result[0], result[2]
+
+
+def write_tensorboard_run(directory: Path, steps: int) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(directory))
+    for step in range(steps):
+        writer.add_scalar("actor/pg_loss", 1.0 / (step + 1), step)
+        writer.add_scalar("critic/score/mean", 0.1 * step, step)
+    writer.close()
+
+
+def projects(database_url: str) -> dict[str, str | None]:
+    from training_platform.store.models import RunFile
+
+    engine = make_engine(database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            return dict(session.execute(select(RunFile.job_id, RunFile.project)).all())
+    finally:
+        engine.dispose()
+
+
+def test_a_tree_of_tensorboard_runs_is_imported_once_with_their_projects(
+    database_url: str, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    write_tensorboard_run(logs / "grpo" / "seed1", 5)
+    write_tensorboard_run(logs / "grpo" / "seed2", 3)
+    write_tensorboard_run(logs / "ppo", 2)
+    code, stdout, stderr = run("import", str(logs), "--database-url", database_url, "-q")
+    assert code == 0, stderr
+    assert "grpo.seed1 (tensorboard" in stdout and "5 new records" in stdout
+    assert stored(database_url) == {
+        "grpo.seed1": ("tensorboard", 5), "grpo.seed2": ("tensorboard", 3),
+        "ppo": ("tensorboard", 2),
+    }  # fmt: skip
+    assert projects(database_url) == {"grpo.seed1": "grpo", "grpo.seed2": "grpo", "ppo": None}
+    again = run("import", str(logs), "--database-url", database_url, "-q")
+    assert again[0] == 0 and again[1].count("0 new records") == 3  # exactly once
+
+
+def test_one_run_takes_a_job_id_and_a_project(database_url: str, tmp_path: Path) -> None:
+    write_tensorboard_run(tmp_path / "tb", 4)
+    shutil.copy(VERL, tmp_path / "qwen_grpo.jsonl")
+    code, stdout, stderr = run(
+        "import", str(tmp_path / "tb"), "--job-id", "tb-run", "--project", "rl",
+        "--database-url", database_url,
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "tb-run (tensorboard" in stdout and "4 new records" in stdout
+    code, stdout, stderr = run(
+        "import", str(tmp_path / "qwen_grpo.jsonl"), "--job-id", "verl-run",
+        "--database-url", database_url, "-q",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert stored(database_url) == {"tb-run": ("tensorboard", 4), "verl-run": ("verl_file", 3)}
+    assert projects(database_url)["tb-run"] == "rl"
+    assert_one_line_error(
+        *_code_err(run("import", str(tmp_path), "--job-id", "x", "--database-url", database_url)),
+        "--job-id names one run",
+    )

@@ -1,24 +1,27 @@
 """`training-platform import PATH`: finished runs into the database, once, without a server.
 
-PATH is a run's file or a directory of them. Each is registered as a job in
-its directory (as `POST /api/jobs` would), its id from its name (the readers
-find a job's file by its id: `--job-id` comes with the by-name reads of
-issue 27), and ingested to its end by the
-sync service the server uses, so an import is exactly once like any sync:
-importing again stores nothing new, and a file that grew since is read on
-from where the last import stopped. `--format auto` tells the formats apart
-by name and first line:
+PATH is a run's file, a TensorBoard run directory, or a directory of runs.
+Each run is registered as a job where it lies (as `POST /api/jobs` would) and
+ingested to its end by the sync service the server uses, so an import is
+exactly once like any sync: importing again stores nothing new, and a run
+that grew since is read on from where the last import stopped. `--format
+auto` tells the formats apart by name and first line:
 
 - `{job_id}_metrics.jsonl`: the platform's own (the callback's files);
-- `{job_id}.jsonl` whose first line is `{"step": N, "data": {...}}`: verl's
-  file logger (`verl_file`);
-- anything else is named and skipped. TensorBoard, MLflow, W&B and Trackio
-  runs are being built (issue 27).
+- `*.jsonl` whose first line is `{"step": N, "data": {...}}`: verl's file
+  logger (`verl_file`), its job id the file's name unless `--job-id`;
+- a directory holding `events.out.tfevents.*` files: a TensorBoard run
+  (`tensorboard`), its job id the directory's name (below PATH: its relative
+  path, `grpo/seed1` -> `grpo.seed1`) unless `--job-id`;
+- anything else is named and skipped.
+
+`--project` sets the project of every run imported.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,9 +31,28 @@ import typer
 from training_platform.cli_support import DatabaseUrlOption, QuietOption, fail, known_errors
 from training_platform.errors import PlatformError
 
-FORMATS = ("auto", "platform", "verl_file")
+FORMATS = ("auto", "platform", "verl_file", "tensorboard")
 _PLATFORM_SUFFIX = "_metrics.jsonl"
 _OTHER_PLATFORM_FILES = ("_samples.jsonl", "_system.jsonl")
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path  # its file, or its directory (TensorBoard)
+    job_id: str
+    format: str
+    project: str | None = None  # a TensorBoard run's parent below PATH
+    name: str | None = None  # a TensorBoard run's path below PATH
+
+    @property
+    def directory(self) -> Path:
+        return self.path if self.path.is_dir() else self.path.parent
+
+    @property
+    def file(self) -> str | None:
+        """verl's file when its name is not `{job_id}.jsonl`."""
+        named = self.format == "verl_file" and self.path.name != f"{self.job_id}.jsonl"
+        return self.path.name if named else None
 
 
 def sniff(path: Path) -> tuple[str, str] | None:
@@ -55,10 +77,26 @@ def sniff(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def _runs(path: Path, format: str) -> list[tuple[Path, str, str]]:
-    """(file, job id, format) of every run to import under `path`."""
+def find_runs(path: Path, format: str) -> list[Run]:
+    """Every run to import under `path` (a file, a run directory or a directory of runs)."""
+    from training_platform.ingest.formats.tensorboard_discovery import (
+        find_tensorboard_runs,
+        run_job_id,
+    )
+    from training_platform.ingest.formats.tensorboard_files import is_event_file
+
+    if path.is_dir() and format in ("auto", "tensorboard"):
+        if any(is_event_file(entry.name) for entry in path.iterdir()):
+            return [Run(path, run_job_id(path.name), "tensorboard")]
+        runs = [
+            Run(found.directory, found.job_id, "tensorboard", found.project, found.name)
+            for found in find_tensorboard_runs(path)
+        ]
+        if format == "tensorboard":
+            return runs
+    else:
+        runs = []
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
-    runs = []
     for file in files:
         found = sniff(file)
         if found is None:
@@ -69,26 +107,43 @@ def _runs(path: Path, format: str) -> list[tuple[Path, str, str]]:
         if format != "auto":
             sniffed = format
             name = file.name.removesuffix(_PLATFORM_SUFFIX if format == "platform" else ".jsonl")
-        runs.append((file, name, sniffed))
+        runs.append(Run(file, name, sniffed))
     return runs
 
 
 def import_runs(
-    path: Annotated[Path, typer.Argument(help="A run's file, or a directory of them.")],
+    path: Annotated[
+        Path,
+        typer.Argument(help="A run's file, a TensorBoard run directory, or a directory of runs."),
+    ],
     format: Annotated[
-        str, typer.Option("--format", "-f", help="auto, platform or verl_file.")
+        str,
+        typer.Option("--format", "-f", help="auto, platform, verl_file or tensorboard."),
     ] = "auto",
+    job_id: Annotated[
+        str | None,
+        typer.Option("--job-id", help="The job id of the one run found (default: from its name)."),
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option("--project", help="The project of every run imported.")
+    ] = None,
     database_url: DatabaseUrlOption = None,
     quiet: QuietOption = False,
 ) -> None:
-    """Import finished runs (the platform's files, verl's file logger) without a server."""
+    """Import finished runs (the platform's files, verl's file logger, TensorBoard), serverless."""
     if format not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
     if not path.exists():
         fail(f"{path} does not exist")
-    runs = _runs(path.resolve(), format)
+    runs = find_runs(path.resolve(), format)
     if not runs:
-        fail(f"no run found in {path} (platform `*_metrics.jsonl`, verl `*.jsonl`)")
+        fail(f"no run found in {path} (platform `*_metrics.jsonl`, verl `*.jsonl`, TensorBoard)")
+    if job_id is not None:
+        if len(runs) != 1:
+            fail(f"--job-id names one run; {path} holds {len(runs)}")
+        if runs[0].format == "platform":
+            fail("--job-id: the platform's files are named by their job id (`{job_id}_*`)")
+        runs = [Run(runs[0].path, job_id, runs[0].format)]
     from training_platform.services import build_services
     from training_platform.settings import Settings
     from training_platform.store.database import make_engine, make_session_factory, prepare_schema
@@ -102,8 +157,8 @@ def import_runs(
             services = build_services(make_session_factory(engine), settings)
             try:
                 with _progress(quiet) as progress:
-                    for file, name, kind in runs:
-                        failed += not _import_one(services, settings, file, name, kind, progress)
+                    for run in runs:
+                        failed += not _import_one(services, settings, run, project, progress)
             finally:
                 services.close()
         finally:
@@ -112,32 +167,61 @@ def import_runs(
         raise typer.Exit(1)
 
 
-def _import_one(
-    services: Any, settings: Any, file: Path, job_id: str, kind: str, progress: Any
-) -> bool:
+def _import_one(services: Any, settings: Any, run: Run, project: str | None, progress: Any) -> bool:
     from training_platform.ingest.registry import register_job
+    from training_platform.ingest.run_file import store_run_about
 
     try:
         with services.sync.session_factory.begin() as session:
             register_job(
-                session, settings, job_id=job_id, metrics_dir=str(file.parent), format=kind
-            )
+                session, settings, job_id=run.job_id, metrics_dir=str(run.directory),
+                format=run.format, file=run.file,
+            )  # fmt: skip
+            if project is not None or run.project is not None or run.name is not None:
+                store_run_about(session, run.job_id, project=project or run.project, name=run.name)
     except PlatformError as exc:
-        typer.echo(f"{job_id}: not imported: {exc}", err=True)
+        typer.echo(f"{run.job_id}: not imported: {exc}", err=True)
         return False
-    size = file.stat().st_size
-    task = progress.add_task(f"{job_id} ({kind})", total=size) if progress else None
+    size = _size(run.path)
+    task = progress.add_task(f"{run.job_id} ({run.format})", total=size) if progress else None
     records = malformed = 0
     while True:  # a batch budget at a time, so the bar moves
-        result = services.sync.sync_job(job_id, budget=0.5).result
+        result = services.sync.sync_job(run.job_id, budget=0.5).result
         records += result.new_metrics
         malformed += result.lines_malformed + result.lines_oversized
         if progress:
-            progress.update(task, completed=min(result.offset, size))
+            done = _read_so_far(services, run.job_id) if run.path.is_dir() else result.offset
+            progress.update(task, completed=min(done, size))
         if result.at_eof:
             break
-    typer.echo(f"{job_id} ({kind}, {file}): {records} new records, {malformed} bad lines skipped")
+    what = "bad records" if run.format == "tensorboard" else "bad lines"
+    typer.echo(
+        f"{run.job_id} ({run.format}, {run.path}): {records} new records, "
+        f"{malformed} {what} skipped"
+    )
     return True
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(file.stat().st_size for file in path.rglob("events.out*") if file.is_file())
+
+
+def _read_so_far(services: Any, job_id: str) -> int:
+    """Bytes of a TensorBoard run's event files read so far (their committed offsets)."""
+    from sqlalchemy import func, select
+
+    from training_platform.ingest.formats.tensorboard_files import KIND_PREFIX
+    from training_platform.store.models import SyncState
+
+    with services.sync.session_factory() as session:
+        total = session.scalar(
+            select(func.sum(SyncState.offset)).where(
+                SyncState.job_id == job_id, SyncState.kind.startswith(KIND_PREFIX)
+            )
+        )
+        return int(total or 0)
 
 
 @contextlib.contextmanager

@@ -56,7 +56,7 @@ class SSHSourceIn(RequestBody):
     )
 
 
-JobFormat = Literal["platform", "verl_file"]
+JobFormat = Literal["platform", "verl_file", "tensorboard"]
 
 
 class JobCreate(RequestBody):
@@ -75,10 +75,19 @@ class JobCreate(RequestBody):
     )
     format: JobFormat = Field(
         default="platform",
-        description="Whose files: `platform` (the callback's `{job_id}_metrics.jsonl`, ...) "
-        "or `verl_file` (verl's `file` logger, `{job_id}.jsonl` in the directory: lines "
-        '`{"step": N, "data": {...}}`). TensorBoard, MLflow, W&B and Trackio runs are '
-        "being built (docs/contract.md, 'Runs logged by other tools').",
+        description="Whose files: `platform` (the callback's `{job_id}_metrics.jsonl`, ...), "
+        "`verl_file` (verl's `file` logger, `{job_id}.jsonl` in the directory, or `file`: "
+        'lines `{"step": N, "data": {...}}`) or `tensorboard` (the `events.out.tfevents.*` '
+        "files of the run directory, `metrics_dir` or `ssh.remote_dir`). MLflow, W&B and "
+        "Trackio runs are being built (docs/contract.md, 'Runs logged by other tools').",
+    )
+    file: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="With `verl_file`: the file's name in the directory when it is not "
+        "`{job_id}.jsonl` (verl names it after the experiment).",
+        examples=["qwen2_7b_grpo.jsonl"],
     )
 
     @model_validator(mode="after")
@@ -182,6 +191,9 @@ class JobOut(BaseModel):
     )
     format: str = Field(
         default="platform", description="Whose files the job is read from (see `JobCreate`)."
+    )
+    file: str | None = Field(
+        default=None, description="The file its metrics are read from, when named (`JobCreate`)."
     )
     ingested_by: IngesterOut | None = Field(
         default=None,

@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from training_platform.ingest.line_scanner import Decode
+from training_platform.ingest.line_scanner import Decode, ReadAt, ReadBatch, ReadPosition
 
 
 @dataclass
@@ -45,6 +45,12 @@ class StoredRows:
 # for each value stored differently.
 StoreRecords = Callable[[Session, str, list[dict[str, Any]], float, list[str]], StoredRows]
 
+# (read_at, size, position, max_bytes) -> what a file that is not lines holds
+# after `position` (TensorBoard's framed records, ingest/formats/tensorboard_files.py),
+# with the same promises as the line scanner: whole units only, a replaced or
+# truncated file read again from byte 0, a bad unit counted and skipped.
+ScanFile = Callable[[ReadAt, int, ReadPosition, int], ReadBatch]
+
 
 @dataclass(frozen=True)
 class LineFileKind:
@@ -58,6 +64,11 @@ class LineFileKind:
     # A missing file is an error (the metrics file: the job is its file), or
     # only "nothing written yet" (a kind a run may or may not write).
     required: bool = False
+    # Its file's name in the job's directory when it is not `{job_id}{suffix}`
+    # (another tool's files are named by that tool).
+    file: str | None = None
+    # How its file is read when it is not lines (None: the line scanner, `decode`).
+    scan: ScanFile | None = None
 
     @property
     def family(self) -> str:
@@ -66,4 +77,4 @@ class LineFileKind:
         return self.name.partition(".")[0]
 
     def file_name(self, job_id: str) -> str:
-        return f"{job_id}{self.suffix}"
+        return self.file if self.file is not None else f"{job_id}{self.suffix}"

@@ -55,6 +55,9 @@ class ReadBatch:
     at_eof: bool = True  # False when max_bytes cut the read short (call again)
     file_size: int = 0
     errors: list[str] = field(default_factory=list)  # first few "line at byte N: ..."
+    # What the file says of the run's config, when it says it (another tool's
+    # hparams): stored with the records, in the same transaction.
+    config: dict[str, Any] | None = None
 
     @property
     def new_offset(self) -> int:
@@ -65,7 +68,7 @@ def fingerprint(head: bytes) -> str:
     return f"{len(head)}:{hashlib.sha256(head).hexdigest()}"
 
 
-def _same_file(stored: str, head: bytes) -> bool:
+def same_file(stored: str, head: bytes) -> bool:
     """Does `head` (the file's first bytes now) still start with what `stored` saw?
 
     The stored length may be shorter than `head` (the file was small when first
@@ -136,7 +139,7 @@ def scan_lines(
     """
     head = read_at(0, min(size, FINGERPRINT_BYTES)) if size else b""
     offset, discarding, reset = position.offset, position.discarding, False
-    stale = position.fingerprint is not None and not _same_file(position.fingerprint, head)
+    stale = position.fingerprint is not None and not same_file(position.fingerprint, head)
     if stale or offset > size:  # replaced, or truncated (also while nobody was reading)
         offset, discarding, reset = 0, False, True
     scan = _Scan(max_line_bytes, decode)

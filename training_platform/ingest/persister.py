@@ -41,6 +41,7 @@ from training_platform.ingest.line_isolation import (
     probe_error,
 )
 from training_platform.ingest.readers import MetricsReader, ReadBatch, ReadPosition
+from training_platform.ingest.run_file import store_run_about
 from training_platform.ingest.system_lines import system_message_data
 from training_platform.store.database import dialect_insert
 from training_platform.store.leases import current_fence, fence_clause, fence_is_current
@@ -315,6 +316,8 @@ def _commit(
             return None
         # A batch may hold no records (only skipped lines): its offset still commits.
         stored = kind.store(session, job_id, records, now, notes) if records else StoredRows(0)
+        if batch.config is not None:  # another tool's hparams: the run's config
+            store_run_about(session, job_id, config=batch.config)
         seq = None
         if records and kind.family in ANNOUNCED_KINDS and is_shared(session):
             # Numbered here, in the transaction that stores them: every server

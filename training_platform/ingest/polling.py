@@ -101,8 +101,8 @@ class PollRule:
             if watching and status in TERMINAL_STATUSES:
                 continue
             rollouts = local_rollout_dir(job.job_id, directory, job.rollout_dir, listing)
-            suffixes = self._service.suffixes_of(job.job_id)
-            signature = file_signature(directory, job.job_id, suffixes, listing, rollouts)
+            names = self._service.file_names_of(job.job_id, listing)
+            signature = file_signature(directory, names, listing, rollouts, job.job_id)
             flips = stall is not None and stall.verdict_flips(job.job_id, status)
             if flips or not self._service.is_unchanged(job.job_id, signature):
                 changed.append(job.job_id)

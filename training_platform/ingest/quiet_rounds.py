@@ -16,7 +16,7 @@ import os
 import threading
 
 from training_platform.errors import MetricsSourceError
-from training_platform.ingest.readers import METRICS_SUFFIX, STATUS_SUFFIX
+from training_platform.ingest.readers import STATUS_SUFFIX
 from training_platform.ingest.rollout_lines import step_of_name
 
 # Each line file's size, mtime and inode (None when it is missing), then the
@@ -29,21 +29,21 @@ _NO_ROLLOUTS: FileSignature = (None, None, None, None, None)
 
 def file_signature(
     directory: str,
+    names: tuple[str, ...],
+    listing: dict[str, int] | None,
+    rollout_dir: str | None,
     job_id: str,
-    suffixes: tuple[str, ...] = (METRICS_SUFFIX,),
-    listing: dict[str, int] | None = None,
-    rollout_dir: str | None = None,
 ) -> FileSignature:
-    """The job's files as they are now: one `os.stat` per line file (`suffixes`,
-    the job's kinds) that exists, and `rollout_dir`'s `rollout_signature`.
+    """The job's files as they are now: one `os.stat` per file it is read from
+    (`names`, in `directory`) that exists, its status file's inode and
+    `rollout_dir`'s `rollout_signature`.
 
     `listing` (`list_directory`, one per directory and round) spares the stat
     of an optional file the job never wrote and gives the status file's
     inode; without it, that inode costs one `lstat`.
     """
     signature: list[int | None] = []
-    for suffix in suffixes:
-        name = job_id + suffix
+    for name in names:
         if listing is not None and name not in listing:
             signature += (None, None, None)
             continue

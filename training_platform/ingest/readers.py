@@ -34,7 +34,7 @@ from typing import Any, Final, Self
 from training_platform.callbacks.wire.lines import decode_line
 from training_platform.callbacks.wire.schema import JOB_ID_PATTERN, validate_job_id
 from training_platform.errors import MetricsSourceError, SourceRefusedError
-from training_platform.ingest.file_kinds import LineFileKind
+from training_platform.ingest.file_kinds import LineFileKind, ScanFile
 from training_platform.ingest.line_scanner import (
     Decode,
     ReadAt,
@@ -65,6 +65,18 @@ def _as_position(position: ReadPosition | int) -> ReadPosition:
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         raise ValueError(f"position must be a ReadPosition or an offset >= 0, got {position!r}")
     return ReadPosition(offset=position)
+
+
+def _line_scan(decode: Decode, reader: MetricsReader) -> ScanFile:
+    """The line scanner as a kind's `scan`, with the reader's line limit."""
+
+    def scan(read_at: ReadAt, size: int, start: ReadPosition, limit: int) -> ReadBatch:
+        return scan_lines(
+            read_at, size, start, max_line_bytes=reader.max_line_bytes, max_bytes=limit,
+            decode=decode,
+        )  # fmt: skip
+
+    return scan
 
 
 def parse_status(data: bytes, where: str) -> dict[str, Any] | None:
@@ -116,7 +128,8 @@ class MetricsReader(ABC):
         self, position: ReadPosition | int = 0, *, max_bytes: int | None = None
     ) -> ReadBatch:
         """`read_incremental` of the metrics file (which must exist)."""
-        return self._read_lines(METRICS_SUFFIX, "metrics", decode_line, True, position, max_bytes)
+        name = f"{self.job_id}{METRICS_SUFFIX}"
+        return self._read(name, "metrics", _line_scan(decode_line, self), True, position, max_bytes)
 
     def read_incremental(
         self, kind: LineFileKind, position: ReadPosition | int = 0, *, max_bytes: int | None = None
@@ -129,17 +142,18 @@ class MetricsReader(ABC):
         about `max_bytes` (default: the reader's); ``at_eof=False`` means call
         again with the returned position. Raises `MetricsSourceError` when the
         file cannot be reached, or is missing and `kind.required`; nothing is
-        consumed then. A missing optional file reads as nothing new.
+        consumed then. A missing optional file reads as nothing new. A kind
+        whose file is not lines is read by its own `scan`, with the same promises.
         """
-        return self._read_lines(
-            kind.suffix, kind.name, kind.decode, kind.required, position, max_bytes
-        )
+        scan = kind.scan if kind.scan is not None else _line_scan(kind.decode, self)
+        name = kind.file_name(self.job_id)
+        return self._read(name, kind.name, scan, kind.required, position, max_bytes)
 
-    def _read_lines(
+    def _read(
         self,
-        suffix: str,
+        name: str,
         what: str,
-        decode: Decode,
+        scan: ScanFile,
         required: bool,
         position: ReadPosition | int,
         max_bytes: int | None,
@@ -150,16 +164,7 @@ class MetricsReader(ABC):
             raise ValueError(f"max_bytes must be >= 1, got {limit}")
         try:
             return self._with_file(
-                suffix,
-                what,
-                lambda read_at, size: scan_lines(
-                    read_at,
-                    size,
-                    start,
-                    max_line_bytes=self.max_line_bytes,
-                    max_bytes=limit,
-                    decode=decode,
-                ),
+                name, what, lambda read_at, size: scan(read_at, size, start, limit)
             )
         except MissingFileError:
             if required:
@@ -192,9 +197,10 @@ class MetricsReader(ABC):
 
     @abstractmethod
     def _with_file(
-        self, suffix: str, what: str, scan: Callable[[ReadAt, int], ReadBatch]
+        self, name: str, what: str, scan: Callable[[ReadAt, int], ReadBatch]
     ) -> ReadBatch:
-        """Open the job's `suffix` file afresh, call ``scan(read_at, size)``, close it.
+        """Open the file `name` of the job's directory afresh, call ``scan(read_at,
+        size)``, close it.
 
         `what` names the file in errors ("metrics file ... does not exist").
 
@@ -223,8 +229,13 @@ class MetricsReader(ABC):
     cheap_listing: bool = False
 
     @abstractmethod
-    def list_names(self, prefix: str) -> list[str]:
-        """The names in the job's directory that start with `prefix` (one listing)."""
+    def list_names(self, prefix: str, under: str = "") -> list[str]:
+        """The names in the job's directory (or its subdirectory `under`) that start
+        with `prefix` (one listing)."""
+
+    @abstractmethod
+    def list_directories(self) -> list[str]:
+        """The subdirectories of the job's directory, hidden ones and symlinks aside."""
 
     def __enter__(self) -> Self:
         return self
@@ -316,9 +327,9 @@ class LocalMetricsReader(MetricsReader):
         self.status_path = self.directory / f"{self.job_id}{STATUS_SUFFIX}"
 
     def _with_file(
-        self, suffix: str, what: str, scan: Callable[[ReadAt, int], ReadBatch]
+        self, name: str, what: str, scan: Callable[[ReadAt, int], ReadBatch]
     ) -> ReadBatch:
-        path = self.directory / f"{self.job_id}{suffix}"
+        path = self.directory / name
         try:
             fd, size = _open_regular(path, follow_symlinks=self.follow_symlinks)
         except FileNotFoundError:
@@ -364,14 +375,19 @@ class LocalMetricsReader(MetricsReader):
     def location(self, suffix: str) -> str:
         return str(self.directory / f"{self.job_id}{suffix}")
 
-    def list_names(self, prefix: str) -> list[str]:
+    def list_names(self, prefix: str, under: str = "") -> list[str]:
+        return [name for name, _ in self._entries(under) if name.startswith(prefix)]
+
+    def list_directories(self) -> list[str]:
+        return [name for name, is_dir in self._entries("") if is_dir and name[:1] != "."]
+
+    def _entries(self, under: str) -> list[tuple[str, bool]]:
+        directory = self.directory / under if under else self.directory
         try:
-            with os.scandir(self.directory) as entries:
-                return [entry.name for entry in entries if entry.name.startswith(prefix)]
+            with os.scandir(directory) as entries:
+                return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
         except OSError as exc:
-            raise MetricsSourceError(
-                f"cannot list {self.directory}: {exc.strerror or exc}"
-            ) from None
+            raise MetricsSourceError(f"cannot list {directory}: {exc.strerror or exc}") from None
 
     @property
     def status_location(self) -> str:

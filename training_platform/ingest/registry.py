@@ -6,25 +6,31 @@ Helpers only add/flush; the caller (route or sync service) owns the transaction.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select
 from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
-from training_platform.ingest.formats.verl_file import METRICS_KINDS
+from training_platform.ingest.formats.tensorboard_discovery import find_tensorboard_runs
 from training_platform.ingest.host_names import check_ssh_host
+from training_platform.ingest.job_kinds import FORMATS, TENSORBOARD
 from training_platform.ingest.persister import ensure_sync_state
 from training_platform.ingest.readers import LocalMetricsReader, MetricsReader, discover_job_ids
 from training_platform.ingest.rollout_files import RolloutSource, SSHRolloutSource, local_source
+from training_platform.ingest.run_file import store_run_about
 from training_platform.ingest.ssh import SSHTarget, resolve_key_path
 from training_platform.ingest.ssh_reader import SSHMetricsReader
 from training_platform.settings import Settings
 from training_platform.store.database import dialect_insert
 from training_platform.store.models import DeletedJob, Job
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
 
 
 @dataclass(frozen=True)
@@ -51,23 +57,35 @@ def discover_jobs(session: Session, metrics_dir: Path) -> list[str]:
     known = set(session.scalars(select(Job.job_id)))
     known.update(session.scalars(select(DeletedJob.job_id)))
     added = [job_id for job_id in discover_job_ids(metrics_dir) if job_id not in known]
-    now = time.time()
     for job_id in added:
-        session.execute(
-            dialect_insert(session)(Job.__table__)
-            .values(
-                job_id=job_id,
-                source="local",
-                discovered=True,
-                metrics_dir=directory,
-                status="pending",
-                anomaly_detected=False,
-                created_at=now,
-            )
-            .on_conflict_do_nothing(index_elements=["job_id"])
-        )
-        ensure_sync_state(session, job_id)
+        _add_discovered(session, job_id, directory, "platform")
+    for run in find_tensorboard_runs(metrics_dir.resolve()):
+        if run.job_id in known or run.job_id in added:
+            continue
+        if _add_discovered(session, run.job_id, str(run.directory), TENSORBOARD):
+            store_run_about(session, run.job_id, project=run.project, name=run.name)
+            added.append(run.job_id)
     return added
+
+
+def _add_discovered(session: Session, job_id: str, directory: str, format: str) -> bool:
+    """Insert a discovered job unless a concurrent discovery did; True when added."""
+    inserted = session.execute(
+        dialect_insert(session)(Job.__table__)
+        .values(
+            job_id=job_id,
+            source="local",
+            discovered=True,
+            metrics_dir=directory,
+            status="pending",
+            anomaly_detected=False,
+            created_at=time.time(),
+            format=format,
+        )
+        .on_conflict_do_nothing(index_elements=["job_id"])
+    )
+    ensure_sync_state(session, job_id)
+    return bool(cast(CursorResult[Any], inserted).rowcount)
 
 
 def register_job(
@@ -79,11 +97,14 @@ def register_job(
     ssh: SSHSource | None = None,
     rollout_dir: str | None = None,
     format: str = "platform",
+    file: str | None = None,
 ) -> tuple[Job, bool]:
     """Register a job; returns (job, created). Same source again is a no-op.
 
-    `format`: whose files (`jobs.format`): "platform" (the callback's) or
-    "verl_file" (verl's file logger, `{job_id}.jsonl`; ingest/formats/).
+    `file`: verl's file logger's file when it is not `{job_id}.jsonl` (a name
+    in the directory). `format`: whose files (`jobs.format`): "platform" (the callback's),
+    "verl_file" (verl's file logger, `{job_id}.jsonl`) or "tensorboard" (the
+    event files of the run directory); ingest/formats/.
 
     Exactly one of `metrics_dir` and `ssh` must be given; `rollout_dir` (verl's
     rollout dumps, `ingest/rollouts.py`) only with `metrics_dir`: an SSH job
@@ -99,10 +120,21 @@ def register_job(
         raise InvalidSourceError("give exactly one of 'metrics_dir' and 'ssh'")
     if rollout_dir is not None and ssh is not None:
         raise InvalidSourceError("an SSH job's rollout directory is 'ssh.remote_rollout_dir'")
-    if format not in METRICS_KINDS:
-        raise InvalidSourceError(f"unknown format {format!r}: one of {', '.join(METRICS_KINDS)}")
+    if format not in FORMATS:
+        raise InvalidSourceError(f"unknown format {format!r}: one of {', '.join(FORMATS)}")
+    if file is not None and (format != "verl_file" or not _FILE_NAME.fullmatch(file)):
+        raise InvalidSourceError(
+            "'file' names verl's file logger's file in the directory (a name, no path)"
+            if format == "verl_file"
+            else f"'file' is for format verl_file; {format!r} files are named by the tool"
+        )
     candidate = Job(
-        job_id=job_id, discovered=False, status="pending", anomaly_detected=False, format=format
+        job_id=job_id,
+        discovered=False,
+        status="pending",
+        anomaly_detected=False,
+        format=format,
+        file=file,
     )
     if metrics_dir is not None:
         directory = allowed_directory(metrics_dir, "metrics_dir", settings)
@@ -168,7 +200,7 @@ def allowed_directory(text: str, field: str, settings: Settings) -> Path:
 def _same_source(a: Job, b: Job) -> bool:
     fields = (
         "source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username", "ssh_key_path",
-        "ssh_remote_dir", "rollout_dir", "format",
+        "ssh_remote_dir", "rollout_dir", "format", "file",
     )  # fmt: skip
     return all(getattr(a, name) == getattr(b, name) for name in fields)
 

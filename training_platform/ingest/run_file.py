@@ -151,3 +151,26 @@ def _store(
             replace_tags(session, job_id, RUN_TAGS, row.tags or [])
         session.commit()
         return True
+
+
+def store_run_about(
+    session: Session,
+    job_id: str,
+    *,
+    config: dict[str, Any] | None = None,
+    project: str | None = None,
+    name: str | None = None,
+) -> None:
+    """What another tool's files say of the run (its config: TensorBoard's hparams,
+    MLflow's params, ...; its project and name) where a run file would say it,
+    secrets masked. Only what is given is set; in the caller's transaction."""
+    given = {"config": config, "project": project, "name": name}
+    columns = run_columns({key: value for key, value in given.items() if value is not None})
+    row = session.get(RunFile, job_id)
+    if row is None:
+        row = RunFile(job_id=job_id, file_refusals=0, read_at=time.time())
+        session.add(row)
+    for column, value in given.items():
+        if value is not None:
+            setattr(row, column, columns[column])
+    row.read_at = time.time()

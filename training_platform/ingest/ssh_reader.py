@@ -54,9 +54,9 @@ class SSHMetricsReader(MetricsReader):
         self.connection = SSHConnection(target, attempts=attempts, backoff=backoff)
 
     def _with_file(
-        self, suffix: str, what: str, scan: Callable[[ReadAt, int], ReadBatch]
+        self, name: str, what: str, scan: Callable[[ReadAt, int], ReadBatch]
     ) -> ReadBatch:
-        path = posixpath.join(self.remote_dir, f"{self.job_id}{suffix}")
+        path = posixpath.join(self.remote_dir, name)
         where = f"{self.target.address}:{path}"
 
         def read(sftp: paramiko.SFTPClient) -> ReadBatch:
@@ -116,13 +116,22 @@ class SSHMetricsReader(MetricsReader):
     def location(self, suffix: str) -> str:
         return f"{self.target.address}:{posixpath.join(self.remote_dir, self.job_id + suffix)}"
 
-    def list_names(self, prefix: str) -> list[str]:
-        def listing(sftp: paramiko.SFTPClient) -> list[str]:
+    def list_names(self, prefix: str, under: str = "") -> list[str]:
+        return [name for name, _ in self._entries(under) if name.startswith(prefix)]
+
+    def list_directories(self) -> list[str]:
+        return [name for name, is_dir in self._entries("") if is_dir and name[:1] != "."]
+
+    def _entries(self, under: str) -> list[tuple[str, bool]]:
+        directory = posixpath.join(self.remote_dir, under) if under else self.remote_dir
+
+        def listing(sftp: paramiko.SFTPClient) -> list[tuple[str, bool]]:
             try:
-                return [name for name in sftp.listdir(self.remote_dir) if name.startswith(prefix)]
+                entries = sftp.listdir_attr(directory)
             except (FileNotFoundError, PermissionError) as exc:
-                where = f"{self.target.address}:{self.remote_dir}"
+                where = f"{self.target.address}:{directory}"
                 raise MetricsSourceError(f"cannot list {where}: {exc}") from None
+            return [(entry.filename, stat.S_ISDIR(entry.st_mode or 0)) for entry in entries]
 
         return self.connection.run(listing)
 

@@ -28,9 +28,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.errors import JobNotFoundError, LeaseLostError, MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
-from training_platform.ingest.formats.verl_file import METRICS_KINDS, VERL_FILE_SUFFIX
 from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.ingest_stats import IngestStats
+from training_platform.ingest.job_kinds import JobKinds
 from training_platform.ingest.job_position import load_job
 from training_platform.ingest.lease_keeper import LeaseKeeper
 from training_platform.ingest.line_scanner import ReadPosition
@@ -46,7 +46,7 @@ from training_platform.ingest.readers import MetricsReader
 from training_platform.ingest.registry import discover_jobs, rollout_source
 from training_platform.ingest.rollout_files import local_rollout_dir
 from training_platform.ingest.rollouts import FILE_BATCHES, RolloutResult, sync_rollouts
-from training_platform.ingest.run_file import RUN_SUFFIX, sync_run_file
+from training_platform.ingest.run_file import sync_run_file
 from training_platform.ingest.stall import StallWatch
 from training_platform.ingest.status_file import sync_status
 from training_platform.ingest.sync_progress import SyncProgress
@@ -90,13 +90,12 @@ class SyncService:
         self._factory = factory
         self._settings = settings
         self.listener = listener
-        # The job's line files besides its metrics file (ingest/file_kinds.py).
-        self.line_kinds = tuple(line_kinds)
-        # Every file of a job whose change is worth a sync, status file aside.
-        kinds = (METRICS, *self.line_kinds)
-        self.watched_suffixes = (*(kind.suffix for kind in kinds), RUN_SUFFIX)
-        # The hosts' own system files, found by listing (ingest/host_files.py).
+        # Which files of a job are read as which kinds: its metrics (whichever
+        # tool wrote them), its other line files (ingest/file_kinds.py) and its
+        # hosts' system files, found by listing (ingest/host_files.py).
+        self.kinds = JobKinds(line_kinds, host_files)
         self.host_files = host_files
+        self.watched_suffixes = self.kinds.watched_suffixes
         # Marks running jobs gone silent as stalled (None: never, e.g. `sync` once).
         self.stall = stall
         self._readers = ReaderCache(settings)
@@ -111,7 +110,6 @@ class SyncService:
         # them to the end, and the status the job had then (see `is_unchanged`).
         self._seen: dict[str, FileSignature] = {}
         self._statuses: dict[str, str] = {}
-        self._formats: dict[str, str] = {}  # job id -> its format, as of its last sync
         self._failures = FailureLog(logger)  # each job's error, logged once per change
         self.stats = IngestStats()  # what this process ingested, for GET /metrics
         self._guard = threading.Lock()
@@ -148,8 +146,7 @@ class SyncService:
     def forget_job(self, job_id: str) -> None:
         """The job was deleted: close its reader, drop its state (under the job's lock)."""
         self._readers.forget(job_id)
-        if self.host_files is not None:
-            self.host_files.forget(job_id)
+        self.kinds.forget(job_id)
         if self.stall is not None:
             self.stall.forget(job_id)
         self._progress.forget(job_id)
@@ -159,7 +156,6 @@ class SyncService:
         with self._guard:
             self._seen.pop(job_id, None)
             self._statuses.pop(job_id, None)
-            self._formats.pop(job_id, None)
         self._failures.forget(job_id)
 
     def is_unchanged(self, job_id: str, signature: FileSignature) -> bool:
@@ -245,18 +241,18 @@ class SyncService:
         """`sync_job` once the job's lock is held."""
         job, position = self._after_discovery(lambda: load_job(self._factory, job_id))
         reader = self._readers.of(job)
+        metrics_kinds = self.kinds.metrics_kinds(job, reader)  # whichever tool wrote them
         # Looked at before reading: an append during the sync makes the files
         # differ from this, so the next round reads them again.
         signature = None
         if job.source == "local" and job.metrics_dir:
             directory = local_rollout_dir(job_id, job.metrics_dir, job.rollout_dir)
-            suffixes = self.suffixes_of(job_id)
-            signature = file_signature(job.metrics_dir, job_id, suffixes, None, directory)
+            names = self.kinds.file_names(job_id)
+            signature = file_signature(job.metrics_dir, names, None, directory, job_id)
         settled = True  # nothing left that the signature would not notice
         try:
-            metrics = METRICS_KINDS.get(job.format, METRICS)  # verl's file logger, ...
-            result = self._sync_file(job_id, reader, metrics, position, deadline=deadline)
-            line_kinds = self._line_kinds_of(job_id, reader)
+            result = self._sync_metrics(job_id, reader, metrics_kinds, position, deadline)
+            line_kinds = self.kinds.line_kinds_of(job_id, reader)
             for kind in line_kinds:
                 if not result.at_eof:
                     break
@@ -277,7 +273,7 @@ class SyncService:
                 # A trainer writes its last lines before its final status; a
                 # line appended between our two reads would otherwise be
                 # announced after the run's end. One more read catches it.
-                result.add(self._sync_file(job_id, reader, metrics))
+                result.add(self._sync_metrics(job_id, reader, metrics_kinds, None, None))
                 for kind in line_kinds:
                     self._sync_file(job_id, reader, kind)
                 settled = self._sync_rollouts(job, reader, None).settled and settled
@@ -286,7 +282,6 @@ class SyncService:
             raise
         with self._guard:
             self._statuses[job_id] = job.status
-            self._formats[job_id] = job.format
             if signature is not None and settled:
                 self._seen[job_id] = signature
         if status_changed and self.listener is not None:
@@ -299,17 +294,26 @@ class SyncService:
         assert self.leases is not None
         return self.leases.fence_for(job_id, discover=lambda: self.is_known(job_id))
 
-    def suffixes_of(self, job_id: str) -> tuple[str, ...]:
-        """The suffixes of every file of the job whose change is worth a sync."""
-        own = (VERL_FILE_SUFFIX,) if self._formats.get(job_id) == "verl_file" else ()
-        if self.host_files is None:
-            return (*self.watched_suffixes, *own)
-        return (*self.watched_suffixes, *own, *self.host_files.suffixes(job_id))
+    def file_names_of(self, job_id: str, listing: dict[str, int] | None = None) -> tuple[str, ...]:
+        """The names of every file of the job whose change is worth a sync."""
+        return self.kinds.file_names(job_id, listing)
 
-    def _line_kinds_of(self, job_id: str, reader: MetricsReader) -> tuple[LineFileKind, ...]:
-        if self.host_files is None:
-            return self.line_kinds
-        return (*self.line_kinds, *self.host_files.kinds(job_id, reader))
+    def _sync_metrics(
+        self,
+        job_id: str,
+        reader: MetricsReader,
+        kinds: tuple[LineFileKind, ...],
+        position: ReadPosition | None,
+        deadline: float | None,
+    ) -> SyncResult:
+        """The job's metrics files in order (`position`: the platform's metrics file's)."""
+        result = SyncResult(job_id=job_id)
+        for kind in kinds:
+            start = position if kind.name == METRICS.name else None
+            result.add(self._sync_file(job_id, reader, kind, start, deadline=deadline))
+            if not result.at_eof:
+                break
+        return result
 
     def _sync_file(
         self,

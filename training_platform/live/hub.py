@@ -37,7 +37,10 @@ from watchfiles import awatch
 
 from training_platform.callbacks.wire.schema import JOB_ID_PATTERN, MAX_STEP
 from training_platform.history.metrics_query import list_metrics
+from training_platform.ingest.formats.tensorboard_discovery import find_tensorboard_runs
+from training_platform.ingest.formats.tensorboard_files import is_event_file
 from training_platform.ingest.formats.verl_file import VERL_FILE_SUFFIX
+from training_platform.ingest.job_kinds import TENSORBOARD
 from training_platform.ingest.polling import KnownJob, PollRule, known_jobs
 from training_platform.ingest.readers import STATUS_SUFFIX, discover_job_ids
 from training_platform.ingest.sync_service import SyncService
@@ -243,7 +246,9 @@ class LiveHub:
 
     def _discover(self) -> None:
         """Register new files; the database is asked only when the listing changed."""
-        listing = frozenset(discover_job_ids(self.settings.metrics_dir))
+        root = Path(self.settings.metrics_dir)
+        runs = (run.job_id for run in find_tensorboard_runs(root))  # scandir only: no stat
+        listing = frozenset((*discover_job_ids(root), *runs))
         if listing == self._listing:
             return
         try:
@@ -298,6 +303,10 @@ class LiveHub:
                     verl_job = _verl_job_of(name)  # registered only, never discovered
                     if verl_job is not None and verl_job in known:
                         self.request_sync(verl_job)
+                    elif is_event_file(name):  # a TensorBoard run's (new) event file
+                        for run in known:
+                            if self.service.kinds.format_of(run) in (None, TENSORBOARD):
+                                self.request_sync(run)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

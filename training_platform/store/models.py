@@ -79,6 +79,8 @@ class Job(Base):
     live_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Whose files: "platform" (the callback's) or another tool's (ingest/formats/).
     format: Mapped[str] = mapped_column(String(16), default="platform", server_default="platform")
+    # The file its metrics are read from, when not its format's default name.
+    file: Mapped[str | None] = mapped_column(String(255))
 
 
 class LiveOutbox(Base):
@@ -266,7 +268,7 @@ class SyncState(Base):
     job_id: Mapped[str] = mapped_column(
         JOB_ID, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True
     )
-    kind: Mapped[str] = mapped_column(String(32), primary_key=True, server_default="metrics")
+    kind: Mapped[str] = mapped_column(String(255), primary_key=True, server_default="metrics")
     fingerprint: Mapped[str | None] = mapped_column(String(128))
     offset: Mapped[int] = mapped_column(BigInteger, default=0)
     discarding: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -87,6 +87,7 @@ def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
         sync=SyncStateOut.model_validate(summary.sync) if summary.sync else None,
         ingested_by=None if ingester is None else IngesterOut(**vars(ingester)),
         format=job.format,
+        file=job.file,
         **run_fields(job, summary.run),
     )
 
@@ -258,6 +259,7 @@ def register_job_route(
         ssh=ssh,
         rollout_dir=body.rollout_dir,
         format=body.format,
+        file=body.file,
     )
     if created and ssh is not None:
         try:

@@ -10,11 +10,18 @@ test("the fields trimmed into the request body", () => {
     { body: { job_id: "grpo-a", metrics_dir: "/data/runs", format: "verl_file" } });
 });
 
+test("a verl file's name goes with its format only", () => {
+  assert.deepEqual(registerBody({ jobId: "a", directory: "/d", format: "verl_file", file: " x.jsonl " }),
+    { body: { job_id: "a", metrics_dir: "/d", format: "verl_file", file: "x.jsonl" } });
+  assert.match(registerBody({ jobId: "a", directory: "/d", format: "tensorboard", file: "x" }).error,
+    /file logger/);
+});
+
 test("a missing job id or directory says which", () => {
   assert.match(registerBody({ jobId: " ", directory: "/d", format: "platform" }).error, /job id/);
   assert.match(registerBody({ jobId: "a", directory: "", format: "platform" }).error, /directory/);
 });
 
 test("the formats offered are the API's", () => {
-  assert.deepEqual(FORMATS.map(([value]) => value), ["platform", "verl_file"]);
+  assert.deepEqual(FORMATS.map(([value]) => value), ["platform", "verl_file", "tensorboard"]);
 });

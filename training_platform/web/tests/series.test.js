@@ -485,3 +485,25 @@ describe("toCsv", () => {
     assert.equal(lines[6], "");
   });
 });
+
+describe("replaceLastRecord", () => {
+  test("the newest step sent again, completed, replaces its point", () => {
+    const columns = new Columns();
+    columns.appendRecord({ step: 1, timestamp: 10, loss: { actor_loss: 0.5 } });
+    columns.appendRecord({ step: 2, timestamp: 11, loss: { actor_loss: 0.4 } });
+    const completed = { step: 2, timestamp: 12, loss: { actor_loss: 0.4 }, reward: { mean: 0.3 } };
+    assert.equal(columns.replaceLastRecord(completed), true);
+    assert.deepEqual(columns.steps, [1, 2]);
+    assert.deepEqual(columns.cols.get("reward.mean").mean, [null, 0.3]);
+    assert.deepEqual(columns.cols.get("loss.actor_loss").mean, [0.5, 0.4]);
+    assert.deepEqual(columns.times, [10, 12]);
+  });
+
+  test("another step is not replaced", () => {
+    const columns = new Columns();
+    columns.appendRecord({ step: 1, loss: { actor_loss: 0.5 } });
+    assert.equal(columns.replaceLastRecord({ step: 0, loss: { actor_loss: 9 } }), false);
+    assert.equal(new Columns().replaceLastRecord({ step: 0 }), false);
+    assert.deepEqual(columns.cols.get("loss.actor_loss").mean, [0.5]);
+  });
+});

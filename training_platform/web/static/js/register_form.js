@@ -1,6 +1,7 @@
 // A dialog to register a run whose files the platform does not find by itself
 // (`POST /api/jobs`): a directory on the server's machine and the format its run is
-// logged in: this platform's callback files, or verl's file logger (docs/contract.md,
+// logged in: this platform's callback files, verl's file logger (with its file's
+// name when it is not the job id's) or a TensorBoard run directory (docs/contract.md,
 // "Runs logged by other tools"). SSH sources stay with the API for now.
 //
 // Like the run editor, it lives outside the jobs table that is redrawn on refresh.
@@ -10,16 +11,19 @@ import { h } from "./format.js";
 
 export const FORMATS = [
   ["platform", "this platform's callback ({job_id}_metrics.jsonl)"],
-  ["verl_file", "verl's file logger ({job_id}.jsonl)"],
+  ["verl_file", "verl's file logger ({job_id}.jsonl, or the file named)"],
+  ["tensorboard", "TensorBoard (the directory's events.out.tfevents.* files)"],
 ];
 
 /** The request body for the form's values; null with the reason when incomplete. */
-export function registerBody({ jobId, directory, format }) {
+export function registerBody({ jobId, directory, format, file = "" }) {
   const job_id = jobId.trim();
   const metrics_dir = directory.trim();
+  const named = file.trim();
   if (!job_id) return { error: "A job id is needed: the file's name without its suffix." };
   if (!metrics_dir) return { error: "A directory on the server's machine is needed." };
-  return { body: { job_id, metrics_dir, format } };
+  if (named && format !== "verl_file") return { error: "Only verl's file logger takes a file name." };
+  return { body: named ? { job_id, metrics_dir, format, file: named } : { job_id, metrics_dir, format } };
 }
 
 export class RegisterForm {
@@ -30,8 +34,12 @@ export class RegisterForm {
       placeholder: "grpo-qwen-7b" });
     this.directory = h("input", { type: "text", id: "register-dir", autocomplete: "off",
       placeholder: "/data/runs" });
-    this.format = h("select", { id: "register-format" },
+    this.format = h("select", { id: "register-format", onchange: () => this.showFile() },
       FORMATS.map(([value, label]) => h("option", { value }, label)));
+    this.file = h("input", { type: "text", id: "register-file", autocomplete: "off",
+      placeholder: "qwen2_7b_grpo.jsonl" });
+    this.fileField = h("label", { class: "meta-field", hidden: true }, "File (optional)", this.file,
+      h("span", { class: "muted" }, "verl names it after the experiment; empty: {job id}.jsonl."));
     this.error = h("p", { class: "error-text", id: "register-error" });
     this.save = h("button", { type: "button", id: "register-save", onclick: () => this.submit() }, "Register");
     this.root = h("dialog", { id: "register-dialog", class: "confirm-dialog meta-dialog" },
@@ -41,13 +49,19 @@ export class RegisterForm {
         h("label", { class: "meta-field" }, "Directory", this.directory,
           h("span", { class: "muted" }, "Where its file is, on the server's machine.")),
         h("label", { class: "meta-field" }, "Logged by", this.format),
+        this.fileField,
         this.error,
         h("div", { class: "dialog-buttons" },
           h("button", { type: "submit", value: "cancel", id: "register-cancel" }, "Cancel"),
           this.save)));
   }
 
+  showFile() {
+    this.fileField.hidden = this.format.value !== "verl_file";
+  }
+
   open() {
+    this.showFile();
     this.error.textContent = "";
     this.save.disabled = false;
     this.root.showModal();
@@ -56,7 +70,7 @@ export class RegisterForm {
 
   async submit() {
     const { body, error } = registerBody({ jobId: this.jobId.value, directory: this.directory.value,
-      format: this.format.value });
+      format: this.format.value, file: this.fileField.hidden ? "" : this.file.value });
     if (!body) {
       this.error.textContent = error;
       return;

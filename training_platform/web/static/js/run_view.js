@@ -349,6 +349,10 @@ export class RunView {
     if (this.needStepZero && record.step > 0) await this.fetchStepZero();
     else if (record.step === 0) this.needStepZero = false;
     const last = this.lastStep();
+    if (record.step === last && this.live.replaceLastRecord(record)) {
+      this.draw(); // the newest step completed (another tool's tags, read apart)
+      return;
+    }
     if (last !== null && record.step <= last) {
       // A step written again (a run resumed from a checkpoint): reload history.
       this.scheduleReload();

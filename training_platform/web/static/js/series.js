@@ -105,6 +105,24 @@ export class Columns {
     }
   }
 
+  /**
+   * Replace the last point by `record` when it is the same step (another tool's
+   * tags for a step arrive in separate reads: the server sends the step again,
+   * completed); false, and nothing changed, when the last point is another step.
+   */
+  replaceLastRecord(record) {
+    const index = this.steps.length - 1;
+    if (index < 0 || this.steps[index] !== record.step) return false;
+    this.steps.pop();
+    this.lastSteps.pop();
+    this.times.pop();
+    for (const column of this.cols.values()) {
+      for (const part of [column.mean, column.min, column.max, column.nf]) part.pop();
+    }
+    this.appendRecord(record);
+    return true;
+  }
+
   /** A new store with `other`'s points after this one's (keys united). */
   concat(other) {
     const out = new Columns();

@@ -1,0 +1,112 @@
+"""Which files of a job are read, and as which kinds (`ingest/file_kinds.py`).
+
+- Its metrics: the platform's `{job_id}_metrics.jsonl`, verl's file logger's
+  `{job_id}.jsonl`, or a TensorBoard run's event files, one kind each, found
+  by listing its directory (a local `scandir`, or one SFTP listing per sync of
+  an SSH job);
+- its other line files (generated samples, ...), and its hosts' system files
+  (`ingest/host_files.py`).
+
+Also the names of those files, whose signature tells a background round
+whether a local job changed since it was last read (`ingest/quiet_rounds.py`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from training_platform.errors import MetricsSourceError
+from training_platform.ingest.file_kinds import LineFileKind
+from training_platform.ingest.formats.tensorboard_files import event_file_kind, is_event_file
+from training_platform.ingest.formats.verl_file import METRICS_KINDS, VERL_FILE_SUFFIX
+from training_platform.ingest.host_files import HostFiles
+from training_platform.ingest.metrics_file import METRICS
+from training_platform.ingest.readers import MetricsReader
+from training_platform.ingest.run_file import RUN_SUFFIX
+from training_platform.store.models import Job
+
+TENSORBOARD = "tensorboard"
+FORMATS = (*METRICS_KINDS, TENSORBOARD)  # what `jobs.format` may be (DESIGN.md §7)
+MAX_SUBDIRECTORIES = 16  # of a run directory, listed for its hparams
+MAX_EVENT_FILES = 256  # per run: more is a log directory of many runs, not one run
+
+
+class JobKinds:
+    def __init__(self, line_kinds: Sequence[LineFileKind], host_files: HostFiles | None) -> None:
+        self.line_kinds = tuple(line_kinds)
+        self.host_files = host_files
+        kinds = (METRICS, *self.line_kinds)
+        # Every file of a platform job whose change is worth a sync, status file aside.
+        self.watched_suffixes = (*(kind.suffix for kind in kinds), RUN_SUFFIX)
+        self._formats: dict[str, str] = {}  # job id -> its format, as of its last sync
+        self._files: dict[str, str] = {}  # job id -> its metrics file, when named
+        self._event_files: dict[str, tuple[str, ...]] = {}  # job id -> as last listed
+        self._guard = threading.Lock()
+
+    def metrics_kinds(self, job: Job, reader: MetricsReader) -> tuple[LineFileKind, ...]:
+        """The kinds holding the job's metrics, in the order they are read."""
+        with self._guard:
+            self._formats[job.job_id] = job.format
+            if job.file is not None:
+                self._files[job.job_id] = job.file
+        if job.format != TENSORBOARD:
+            kind = METRICS_KINDS.get(job.format, METRICS)
+            return (kind if job.file is None else replace(kind, file=job.file),)
+        try:
+            names = sorted(_event_files(reader))
+        except MetricsSourceError:
+            names = list(self._event_files.get(job.job_id, ()))  # the sync reports it
+        names = names[:MAX_EVENT_FILES]
+        with self._guard:
+            self._event_files[job.job_id] = tuple(names)
+        return tuple(event_file_kind(name) for name in names)
+
+    def line_kinds_of(self, job_id: str, reader: MetricsReader) -> tuple[LineFileKind, ...]:
+        if self.host_files is None:
+            return self.line_kinds
+        return (*self.line_kinds, *self.host_files.kinds(job_id, reader))
+
+    def file_names(self, job_id: str, listing: Iterable[str] | None = None) -> tuple[str, ...]:
+        """The names of every file of the job whose change is worth a sync (status file
+        aside); a TensorBoard run's event files from `listing` (its directory's, just
+        made) when given, else as its last sync listed them."""
+        with self._guard:
+            format = self._formats.get(job_id)
+            listed = self._event_files.get(job_id, ())
+            named = self._files.get(job_id)
+        suffixes = list(self.watched_suffixes)
+        if format == "verl_file":
+            suffixes.append(VERL_FILE_SUFFIX)
+        if self.host_files is not None:
+            suffixes += self.host_files.suffixes(job_id)
+        names = [job_id + suffix for suffix in suffixes]
+        if named is not None:
+            names.append(named)
+        if format == TENSORBOARD:
+            events = listed if listing is None else sorted(filter(is_event_file, listing))
+            names += events[:MAX_EVENT_FILES]
+        return tuple(names)
+
+    def format_of(self, job_id: str) -> str | None:
+        with self._guard:
+            return self._formats.get(job_id)
+
+    def forget(self, job_id: str) -> None:
+        if self.host_files is not None:
+            self.host_files.forget(job_id)
+        with self._guard:
+            self._formats.pop(job_id, None)
+            self._event_files.pop(job_id, None)
+            self._files.pop(job_id, None)
+
+
+def _event_files(reader: MetricsReader) -> list[str]:
+    """A TensorBoard run directory's event files, and those of its subdirectories
+    (torch's and tensorboardX's `add_hparams` write the run's hparams into one)."""
+    names = [name for name in reader.list_names("events.out") if is_event_file(name)]
+    for directory in reader.list_directories()[:MAX_SUBDIRECTORIES]:
+        listed = reader.list_names("events.out", under=directory)
+        names += [f"{directory}/{name}" for name in listed if is_event_file(name)]
+    return names
