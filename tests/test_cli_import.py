@@ -156,3 +156,18 @@ def test_one_run_takes_a_job_id_and_a_project(database_url: str, tmp_path: Path)
         *_code_err(run("import", str(tmp_path), "--job-id", "x", "--database-url", database_url)),
         "--job-id names one run",
     )
+
+
+def test_each_run_of_a_trackio_project_is_imported_once(database_url: str, tmp_path: Path) -> None:
+    from tests.api.test_trackio_runs import logged
+
+    logged(tmp_path, "grpo-1", range(5))
+    logged(tmp_path, "grpo-2", range(2))
+    code, stdout, stderr = run("import", str(tmp_path / "rl.db"), "--database-url", database_url,
+                               "-q")  # fmt: skip
+    assert code == 0, stderr
+    assert "rl.grpo-1 (trackio" in stdout and "5 new records" in stdout
+    assert stored(database_url) == {"rl.grpo-1": ("trackio", 5), "rl.grpo-2": ("trackio", 2)}
+    assert projects(database_url) == {"rl.grpo-1": "rl", "rl.grpo-2": "rl"}
+    again = run("import", str(tmp_path), "--database-url", database_url, "-q")
+    assert again[0] == 0 and again[1].count("0 new records") == 2  # exactly once

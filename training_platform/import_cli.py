@@ -13,6 +13,9 @@ auto` tells the formats apart by name and first line:
 - a directory holding `events.out.tfevents.*` files: a TensorBoard run
   (`tensorboard`), its job id the directory's name (below PATH: its relative
   path, `grpo/seed1` -> `grpo.seed1`) unless `--job-id`;
+- `{project}.db` holding Trackio's tables: each of its runs (`trackio`),
+  its job id `{project}.{run}` unless `--job-id`, its project the Trackio
+  project;
 - anything else is named and skipped.
 
 `--project` sets the project of every run imported.
@@ -31,7 +34,7 @@ import typer
 from training_platform.cli_support import DatabaseUrlOption, QuietOption, fail, known_errors
 from training_platform.errors import PlatformError
 
-FORMATS = ("auto", "platform", "verl_file", "tensorboard")
+FORMATS = ("auto", "platform", "verl_file", "tensorboard", "trackio")
 _PLATFORM_SUFFIX = "_metrics.jsonl"
 _OTHER_PLATFORM_FILES = ("_samples.jsonl", "_system.jsonl")
 
@@ -41,8 +44,9 @@ class Run:
     path: Path  # its file, or its directory (TensorBoard)
     job_id: str
     format: str
-    project: str | None = None  # a TensorBoard run's parent below PATH
+    project: str | None = None  # a TensorBoard run's parent below PATH; Trackio's project
     name: str | None = None  # a TensorBoard run's path below PATH
+    run: str | None = None  # a Trackio run's name in its project's database
 
     @property
     def directory(self) -> Path:
@@ -50,7 +54,7 @@ class Run:
 
     @property
     def file(self) -> str | None:
-        """verl's file when its name is not `{job_id}.jsonl`."""
+        """verl's file when its name is not `{job_id}.jsonl` (Trackio's is its project's)."""
         named = self.format == "verl_file" and self.path.name != f"{self.job_id}.jsonl"
         return self.path.name if named else None
 
@@ -98,6 +102,9 @@ def find_runs(path: Path, format: str) -> list[Run]:
         runs = []
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
     for file in files:
+        if format in ("auto", "trackio") and file.suffix == ".db":
+            runs += trackio_runs(file)
+            continue
         found = sniff(file)
         if found is None:
             if path.is_file():
@@ -109,6 +116,26 @@ def find_runs(path: Path, format: str) -> list[Run]:
             name = file.name.removesuffix(_PLATFORM_SUFFIX if format == "platform" else ".jsonl")
         runs.append(Run(file, name, sniffed))
     return runs
+
+
+def trackio_runs(database: Path) -> list[Run]:
+    """Each run of a Trackio project database (none when it is not one)."""
+    import sqlite3
+
+    from training_platform.ingest.formats.tensorboard_discovery import run_job_id
+
+    project = database.stem
+    try:
+        with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True) as connection:
+            names = connection.execute(
+                "SELECT run_name FROM metrics GROUP BY run_name ORDER BY MIN(id)"
+            ).fetchall()
+    except sqlite3.Error:
+        return []  # not Trackio's
+    return [
+        Run(database, run_job_id(f"{project}/{name}"), "trackio", project, name, name)
+        for (name,) in names
+    ]
 
 
 def import_runs(
@@ -143,7 +170,8 @@ def import_runs(
             fail(f"--job-id names one run; {path} holds {len(runs)}")
         if runs[0].format == "platform":
             fail("--job-id: the platform's files are named by their job id (`{job_id}_*`)")
-        runs = [Run(runs[0].path, job_id, runs[0].format)]
+        only = runs[0]
+        runs = [Run(only.path, job_id, only.format, only.project, only.name, only.run)]
     from training_platform.services import build_services
     from training_platform.settings import Settings
     from training_platform.store.database import make_engine, make_session_factory, prepare_schema
@@ -173,9 +201,11 @@ def _import_one(services: Any, settings: Any, run: Run, project: str | None, pro
 
     try:
         with services.sync.session_factory.begin() as session:
+            trackio = run.format == "trackio"
             register_job(
                 session, settings, job_id=run.job_id, metrics_dir=str(run.directory),
-                format=run.format, file=run.file,
+                format=run.format, file=None if trackio else run.file,
+                project=run.project if trackio else None, run=run.run,
             )  # fmt: skip
             if project is not None or run.project is not None or run.name is not None:
                 store_run_about(session, run.job_id, project=project or run.project, name=run.name)
@@ -191,10 +221,10 @@ def _import_one(services: Any, settings: Any, run: Run, project: str | None, pro
         malformed += result.lines_malformed + result.lines_oversized
         if progress:
             done = _read_so_far(services, run.job_id) if run.path.is_dir() else result.offset
-            progress.update(task, completed=min(done, size))
+            progress.update(task, completed=size if result.at_eof else min(done, size))
         if result.at_eof:
             break
-    what = "bad records" if run.format == "tensorboard" else "bad lines"
+    what = "bad lines" if run.format in ("platform", "verl_file") else "bad records"
     typer.echo(
         f"{run.job_id} ({run.format}, {run.path}): {records} new records, "
         f"{malformed} {what} skipped"
@@ -203,6 +233,8 @@ def _import_one(services: Any, settings: Any, run: Run, project: str | None, pro
 
 
 def _size(path: Path) -> int:
+    if path.suffix == ".db":  # Trackio's: a row cursor, not bytes
+        return 1
     if path.is_file():
         return path.stat().st_size
     return sum(file.stat().st_size for file in path.rglob("events.out*") if file.is_file())

@@ -1,7 +1,9 @@
-"""Runs logged by other tools, by file: jobs.file and longer sync_state kinds
+"""Runs logged by other tools, by file: jobs.file, jobs.run and longer sync_state kinds
 
 - `jobs.file`: the file a job's metrics are read from when it is not the
-  format's default (verl's file logger: `{job_id}.jsonl` unless named);
+  format's default (verl's file logger: `{job_id}.jsonl` unless named;
+  Trackio: the project's database);
+- `jobs.run`: the run within that source (Trackio's run name);
 - `sync_state.kind` up to 255 characters: a TensorBoard run has one row per
   event file, named `metrics.<file name>` (names carry a host and a pid).
 
@@ -26,6 +28,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("file", sa.String(length=255), nullable=True))
+        batch.add_column(sa.Column("run", sa.String(length=255), nullable=True))
     # sync_state only refers to jobs: recreating it (SQLite's batch mode) is safe.
     with op.batch_alter_table("sync_state") as batch:
         batch.alter_column(
@@ -47,6 +50,8 @@ def downgrade() -> None:
             existing_server_default="metrics",
         )
     if op.get_bind().dialect.name == "sqlite":
-        op.execute("ALTER TABLE jobs DROP COLUMN file")  # natively: see 0016's downgrade
+        op.execute("ALTER TABLE jobs DROP COLUMN run")  # natively: see 0016's downgrade
+        op.execute("ALTER TABLE jobs DROP COLUMN file")
     else:
+        op.drop_column("jobs", "run")
         op.drop_column("jobs", "file")

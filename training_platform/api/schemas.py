@@ -56,7 +56,7 @@ class SSHSourceIn(RequestBody):
     )
 
 
-JobFormat = Literal["platform", "verl_file", "tensorboard"]
+JobFormat = Literal["platform", "verl_file", "tensorboard", "trackio"]
 
 
 class JobCreate(RequestBody):
@@ -78,8 +78,9 @@ class JobCreate(RequestBody):
         description="Whose files: `platform` (the callback's `{job_id}_metrics.jsonl`, ...), "
         "`verl_file` (verl's `file` logger, `{job_id}.jsonl` in the directory, or `file`: "
         'lines `{"step": N, "data": {...}}`) or `tensorboard` (the `events.out.tfevents.*` '
-        "files of the run directory, `metrics_dir` or `ssh.remote_dir`). MLflow, W&B and "
-        "Trackio runs are being built (docs/contract.md, 'Runs logged by other tools').",
+        "files of the run directory, `metrics_dir` or `ssh.remote_dir`) or `trackio` (a run "
+        "of a Trackio project database: `metrics_dir`, `project`, `run`). MLflow and W&B "
+        "runs are being built (docs/contract.md, 'Runs logged by other tools').",
     )
     file: str | None = Field(
         default=None,
@@ -88,6 +89,21 @@ class JobCreate(RequestBody):
         description="With `verl_file`: the file's name in the directory when it is not "
         "`{job_id}.jsonl` (verl names it after the experiment).",
         examples=["qwen2_7b_grpo.jsonl"],
+    )
+    project: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="With `trackio`: the Trackio project (its database `{project}.db` in "
+        "`metrics_dir`, Trackio's directory).",
+        examples=["math-grpo"],
+    )
+    run: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="With `trackio`: the run's name in that project.",
+        examples=["brisk-sun-3"],
     )
 
     @model_validator(mode="after")
@@ -194,6 +210,9 @@ class JobOut(BaseModel):
     )
     file: str | None = Field(
         default=None, description="The file its metrics are read from, when named (`JobCreate`)."
+    )
+    source_run: str | None = Field(
+        default=None, description="The run within that source (Trackio's run name)."
     )
     ingested_by: IngesterOut | None = Field(
         default=None,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -51,6 +52,10 @@ StoreRecords = Callable[[Session, str, list[dict[str, Any]], float, list[str]], 
 # truncated file read again from byte 0, a bad unit counted and skipped.
 ScanFile = Callable[[ReadAt, int, ReadPosition, int], ReadBatch]
 
+# (path, position, max_bytes) -> what a database file on this machine holds after
+# `position` (a row cursor in `offset`: Trackio's SQLite), the same promises again.
+ReadDatabase = Callable[[Path, ReadPosition, int], ReadBatch]
+
 
 @dataclass(frozen=True)
 class LineFileKind:
@@ -69,6 +74,8 @@ class LineFileKind:
     file: str | None = None
     # How its file is read when it is not lines (None: the line scanner, `decode`).
     scan: ScanFile | None = None
+    # How its file is read when it is a database, queried where it lies (local only).
+    query: ReadDatabase | None = None
 
     @property
     def family(self) -> str:

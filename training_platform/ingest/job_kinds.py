@@ -1,8 +1,9 @@
 """Which files of a job are read, and as which kinds (`ingest/file_kinds.py`).
 
 - Its metrics: the platform's `{job_id}_metrics.jsonl`, verl's file logger's
-  `{job_id}.jsonl`, or a TensorBoard run's event files, one kind each, found
-  by listing its directory (a local `scandir`, or one SFTP listing per sync of
+  `{job_id}.jsonl` (or the file named), a Trackio run in its project's
+  database, or a TensorBoard run's event files, one kind each, found by
+  listing its directory (a local `scandir`, or one SFTP listing per sync of
   an SSH job);
 - its other line files (generated samples, ...), and its hosts' system files
   (`ingest/host_files.py`).
@@ -20,6 +21,7 @@ from dataclasses import replace
 from training_platform.errors import MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
 from training_platform.ingest.formats.tensorboard_files import event_file_kind, is_event_file
+from training_platform.ingest.formats.trackio_db import trackio_kind
 from training_platform.ingest.formats.verl_file import METRICS_KINDS, VERL_FILE_SUFFIX
 from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.metrics_file import METRICS
@@ -28,7 +30,8 @@ from training_platform.ingest.run_file import RUN_SUFFIX
 from training_platform.store.models import Job
 
 TENSORBOARD = "tensorboard"
-FORMATS = (*METRICS_KINDS, TENSORBOARD)  # what `jobs.format` may be (DESIGN.md §7)
+TRACKIO = "trackio"
+FORMATS = (*METRICS_KINDS, TENSORBOARD, TRACKIO)  # what `jobs.format` may be (DESIGN.md §7)
 MAX_SUBDIRECTORIES = 16  # of a run directory, listed for its hparams
 MAX_EVENT_FILES = 256  # per run: more is a log directory of many runs, not one run
 
@@ -51,6 +54,9 @@ class JobKinds:
             self._formats[job.job_id] = job.format
             if job.file is not None:
                 self._files[job.job_id] = job.file
+        if job.format == TRACKIO:
+            assert job.file is not None and job.run is not None  # registration requires them
+            return (trackio_kind(job.file, job.run),)
         if job.format != TENSORBOARD:
             kind = METRICS_KINDS.get(job.format, METRICS)
             return (kind if job.file is None else replace(kind, file=job.file),)
@@ -82,8 +88,8 @@ class JobKinds:
         if self.host_files is not None:
             suffixes += self.host_files.suffixes(job_id)
         names = [job_id + suffix for suffix in suffixes]
-        if named is not None:
-            names.append(named)
+        if named is not None:  # and a database's write-ahead log, where its rows land first
+            names += [named, f"{named}-wal"] if format == TRACKIO else [named]
         if format == TENSORBOARD:
             events = listed if listing is None else sorted(filter(is_event_file, listing))
             names += events[:MAX_EVENT_FILES]

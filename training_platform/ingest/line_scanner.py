@@ -55,9 +55,10 @@ class ReadBatch:
     at_eof: bool = True  # False when max_bytes cut the read short (call again)
     file_size: int = 0
     errors: list[str] = field(default_factory=list)  # first few "line at byte N: ..."
-    # What the file says of the run's config, when it says it (another tool's
-    # hparams): stored with the records, in the same transaction.
-    config: dict[str, Any] | None = None
+    # What another tool's files say of the run, when they say it: its "config"
+    # (hparams, params), "name", "project", "tags" (`ingest/run_file.py`,
+    # `store_run_about`); stored with the records, in the same transaction.
+    about: dict[str, Any] | None = None
 
     @property
     def new_offset(self) -> int:

@@ -316,8 +316,8 @@ def _commit(
             return None
         # A batch may hold no records (only skipped lines): its offset still commits.
         stored = kind.store(session, job_id, records, now, notes) if records else StoredRows(0)
-        if batch.config is not None:  # another tool's hparams: the run's config
-            store_run_about(session, job_id, config=batch.config)
+        if batch.about is not None:  # another tool's hparams, params, run name...
+            store_run_about(session, job_id, **batch.about)
         seq = None
         if records and kind.family in ANNOUNCED_KINDS and is_shared(session):
             # Numbered here, in the transaction that stores them: every server

@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
 from training_platform.ingest.formats.tensorboard_discovery import find_tensorboard_runs
+from training_platform.ingest.formats.trackio_db import database_name
 from training_platform.ingest.host_names import check_ssh_host
-from training_platform.ingest.job_kinds import FORMATS, TENSORBOARD
+from training_platform.ingest.job_kinds import FORMATS, TENSORBOARD, TRACKIO
 from training_platform.ingest.persister import ensure_sync_state
 from training_platform.ingest.readers import LocalMetricsReader, MetricsReader, discover_job_ids
 from training_platform.ingest.rollout_files import RolloutSource, SSHRolloutSource, local_source
@@ -98,13 +99,16 @@ def register_job(
     rollout_dir: str | None = None,
     format: str = "platform",
     file: str | None = None,
+    project: str | None = None,
+    run: str | None = None,
 ) -> tuple[Job, bool]:
     """Register a job; returns (job, created). Same source again is a no-op.
 
     `file`: verl's file logger's file when it is not `{job_id}.jsonl` (a name
-    in the directory). `format`: whose files (`jobs.format`): "platform" (the callback's),
-    "verl_file" (verl's file logger, `{job_id}.jsonl`) or "tensorboard" (the
-    event files of the run directory); ingest/formats/.
+    in the directory). `project` and `run`: a Trackio run (format "trackio",
+    `metrics_dir` Trackio's directory). `format`: whose files (`jobs.format`):
+    "platform" (the callback's), "verl_file" (verl's file logger), "tensorboard"
+    (the event files of the run directory) or "trackio"; ingest/formats/.
 
     Exactly one of `metrics_dir` and `ssh` must be given; `rollout_dir` (verl's
     rollout dumps, `ingest/rollouts.py`) only with `metrics_dir`: an SSH job
@@ -122,7 +126,13 @@ def register_job(
         raise InvalidSourceError("an SSH job's rollout directory is 'ssh.remote_rollout_dir'")
     if format not in FORMATS:
         raise InvalidSourceError(f"unknown format {format!r}: one of {', '.join(FORMATS)}")
-    if file is not None and (format != "verl_file" or not _FILE_NAME.fullmatch(file)):
+    if format == TRACKIO:
+        if ssh is not None:
+            raise InvalidSourceError("a Trackio database is read on the server's machine only")
+        file, run = _trackio_source(project, run, file)
+    elif project is not None or run is not None:
+        raise InvalidSourceError("'project' and 'run' name a Trackio run (format trackio)")
+    elif file is not None and (format != "verl_file" or not _FILE_NAME.fullmatch(file)):
         raise InvalidSourceError(
             "'file' names verl's file logger's file in the directory (a name, no path)"
             if format == "verl_file"
@@ -135,6 +145,7 @@ def register_job(
         anomaly_detected=False,
         format=format,
         file=file,
+        run=run,
     )
     if metrics_dir is not None:
         directory = allowed_directory(metrics_dir, "metrics_dir", settings)
@@ -170,7 +181,20 @@ def register_job(
     session.add(candidate)
     session.flush()
     ensure_sync_state(session, job_id)
+    if format == TRACKIO:  # shown as Trackio shows it, until a user renames it
+        store_run_about(session, job_id, project=project, name=run)
     return candidate, True
+
+
+def _trackio_source(project: str | None, run: str | None, file: str | None) -> tuple[str, str]:
+    """(database file, run) of a Trackio job: its project's database and its run name."""
+    if file is not None:
+        raise InvalidSourceError("a Trackio run is named by 'project' and 'run', not 'file'")
+    if not project or not run:
+        raise InvalidSourceError("format trackio needs 'project' and 'run' (Trackio's names)")
+    if not _FILE_NAME.fullmatch(database_name(project)):
+        raise InvalidSourceError(f"project {project!r} is not a Trackio project name")
+    return database_name(project), run
 
 
 def allowed_directory(text: str, field: str, settings: Settings) -> Path:
@@ -200,7 +224,7 @@ def allowed_directory(text: str, field: str, settings: Settings) -> Path:
 def _same_source(a: Job, b: Job) -> bool:
     fields = (
         "source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username", "ssh_key_path",
-        "ssh_remote_dir", "rollout_dir", "format", "file",
+        "ssh_remote_dir", "rollout_dir", "format", "file", "run",
     )  # fmt: skip
     return all(getattr(a, name) == getattr(b, name) for name in fields)
 

@@ -160,11 +160,12 @@ def store_run_about(
     config: dict[str, Any] | None = None,
     project: str | None = None,
     name: str | None = None,
+    tags: list[str] | None = None,
 ) -> None:
     """What another tool's files say of the run (its config: TensorBoard's hparams,
-    MLflow's params, ...; its project and name) where a run file would say it,
-    secrets masked. Only what is given is set; in the caller's transaction."""
-    given = {"config": config, "project": project, "name": name}
+    MLflow's params, ...; its project, name and tags) where a run file would say
+    it, secrets masked. Only what is given is set; in the caller's transaction."""
+    given = {"config": config, "project": project, "name": name, "tags": tags}
     columns = run_columns({key: value for key, value in given.items() if value is not None})
     row = session.get(RunFile, job_id)
     if row is None:
@@ -174,3 +175,6 @@ def store_run_about(
         if value is not None:
             setattr(row, column, columns[column])
     row.read_at = time.time()
+    session.flush()  # a second call in this transaction finds the row
+    if tags is not None:
+        replace_tags(session, job_id, RUN_TAGS, row.tags or [])

@@ -40,7 +40,7 @@ from training_platform.history.metrics_query import list_metrics
 from training_platform.ingest.formats.tensorboard_discovery import find_tensorboard_runs
 from training_platform.ingest.formats.tensorboard_files import is_event_file
 from training_platform.ingest.formats.verl_file import VERL_FILE_SUFFIX
-from training_platform.ingest.job_kinds import TENSORBOARD
+from training_platform.ingest.job_kinds import TENSORBOARD, TRACKIO
 from training_platform.ingest.polling import KnownJob, PollRule, known_jobs
 from training_platform.ingest.readers import STATUS_SUFFIX, discover_job_ids
 from training_platform.ingest.sync_service import SyncService
@@ -51,6 +51,7 @@ from training_platform.settings import Settings
 from training_platform.store.models import Job
 
 logger = logging.getLogger(__name__)
+DATABASE_FILES: Final = (".db", ".db-wal")  # a Trackio project's, as it logs
 
 # watchfiles hands over a group of changes once `STEP` ms pass without another
 # one, or after `DEBOUNCE` ms of continuous writing. Its defaults (50 / 1600)
@@ -304,9 +305,9 @@ class LiveHub:
                     if verl_job is not None and verl_job in known:
                         self.request_sync(verl_job)
                     elif is_event_file(name):  # a TensorBoard run's (new) event file
-                        for run in known:
-                            if self.service.kinds.format_of(run) in (None, TENSORBOARD):
-                                self.request_sync(run)
+                        self._sync_format(known, TENSORBOARD)
+                    elif name.endswith(DATABASE_FILES):  # a Trackio project's rows
+                        self._sync_format(known, TRACKIO)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -317,6 +318,13 @@ class LiveHub:
                 exc,
                 self.settings.poll_interval,
             )
+
+    def _sync_format(self, jobs: set[str] | tuple[()], format: str) -> None:
+        """Sync the jobs of a directory read in `format` (or not synced yet) on a change of
+        a file of that tool's: its files are not named after a job."""
+        for job_id in jobs:
+            if self.service.kinds.format_of(job_id) in (None, format):
+                self.request_sync(job_id)
 
     # -- subscribers (event loop, except the *_locked readers: worker threads) ------
 

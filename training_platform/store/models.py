@@ -81,6 +81,8 @@ class Job(Base):
     format: Mapped[str] = mapped_column(String(16), default="platform", server_default="platform")
     # The file its metrics are read from, when not its format's default name.
     file: Mapped[str | None] = mapped_column(String(255))
+    # The run within that source (Trackio's run name), for a tool that keeps many.
+    run: Mapped[str | None] = mapped_column(String(255))
 
 
 class LiveOutbox(Base):

@@ -88,6 +88,7 @@ def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
         ingested_by=None if ingester is None else IngesterOut(**vars(ingester)),
         format=job.format,
         file=job.file,
+        source_run=job.run,
         **run_fields(job, summary.run),
     )
 
@@ -260,6 +261,8 @@ def register_job_route(
         rollout_dir=body.rollout_dir,
         format=body.format,
         file=body.file,
+        project=body.project,
+        run=body.run,
     )
     if created and ssh is not None:
         try:

@@ -10,19 +10,16 @@ batches announced as the job's metrics. The files are read in name order
 newer file's value wins.
 
 A step's tags arrive as separate events, often split across reads (the
-writer flushes when its queue fills, not at step ends), so `store_merged`
-merges each record into the step's stored record instead of replacing it:
-the stored row and the announced record are the step's every tag so far.
+writer flushes when its queue fills, not at step ends), so they are stored
+merged into the step's stored record (`merged_steps.py`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
-from training_platform.ingest.file_kinds import LineFileKind, StoredRows
+from training_platform.ingest.file_kinds import LineFileKind
+from training_platform.ingest.formats.merged_steps import store_merged
 from training_platform.ingest.formats.tensorboard import decode_events, records_of
 from training_platform.ingest.formats.tfrecord import read_records
 from training_platform.ingest.line_scanner import (
@@ -35,16 +32,10 @@ from training_platform.ingest.line_scanner import (
     same_file,
 )
 from training_platform.ingest.metrics_file import METRICS
-from training_platform.store.metric_rows import row_to_record
-from training_platform.store.models import TrainingMetric
 
 EVENT_FILE_MARK: Final = ".tfevents."
 """In every event file's name: `events.out.tfevents.<time>.<host>[.<pid>.<n>][suffix]`."""
 KIND_PREFIX: Final = "metrics."
-
-# The record groups whose values are name -> value (merged key by key); the
-# rest of a record (step, timestamp) is the newer one's.
-_SCALARS: Final = "step", "timestamp"
 
 
 def is_event_file(name: str) -> bool:
@@ -75,45 +66,8 @@ def scan_events(read_at: ReadAt, size: int, position: ReadPosition, max_bytes: i
         at_eof=framed.at_eof,
         file_size=size,
         errors=problems[:MAX_ERRORS],
-        config=decoded.config,
+        about=None if decoded.config is None else {"config": decoded.config},
     )
-
-
-def store_merged(
-    session: Session,
-    job_id: str,
-    records: list[dict[str, Any]],
-    received_at: float,
-    notes: list[str],
-) -> StoredRows:
-    """Each record merged into its step's stored record (newer values win), then stored
-    as the metrics file's records are. The records are completed in place: what is
-    announced is the step as stored."""
-    steps = [record["step"] for record in records]
-    stored: dict[int, dict[str, Any]] = {}
-    for start in range(0, len(steps), 500):
-        rows = session.scalars(
-            select(TrainingMetric).where(
-                TrainingMetric.job_id == job_id, TrainingMetric.step.in_(steps[start : start + 500])
-            )
-        )
-        stored.update((row.step, row_to_record(row)) for row in rows)
-    for record in records:
-        earlier = stored.get(record["step"])
-        if earlier is not None:
-            _merge_into(record, earlier)
-    return METRICS.store(session, job_id, records, received_at, notes)
-
-
-def _merge_into(record: dict[str, Any], earlier: dict[str, Any]) -> None:
-    for group, values in earlier.items():
-        if group in _SCALARS or group == "anomalies":
-            continue
-        newer = record.get(group)
-        if isinstance(values, dict) and isinstance(newer, dict):
-            record[group] = {**values, **newer}
-        elif newer is None:
-            record[group] = values
 
 
 def event_file_kind(name: str) -> LineFileKind:
