@@ -171,3 +171,37 @@ def test_each_run_of_a_trackio_project_is_imported_once(database_url: str, tmp_p
     assert projects(database_url) == {"rl.grpo-1": "rl", "rl.grpo-2": "rl"}
     again = run("import", str(tmp_path), "--database-url", database_url, "-q")
     assert again[0] == 0 and again[1].count("0 new records") == 2  # exactly once
+
+
+def test_each_run_of_an_mlflow_sqlite_store_is_imported_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    from tests.api.test_mlflow_runs import logged
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    logged(uri, range(4), name="grpo-a")
+    logged(uri, range(2), name="grpo-b")
+    code, stdout, stderr = run("import", str(tmp_path / "mlflow.db"), "--database-url",
+                               database_url, "-q")  # fmt: skip
+    assert code == 0, stderr
+    assert "rl.grpo-a (mlflow" in stdout and "4 new records" in stdout
+    assert stored(database_url) == {"rl.grpo-a": ("mlflow", 4), "rl.grpo-b": ("mlflow", 2)}
+    assert projects(database_url) == {"rl.grpo-a": "rl", "rl.grpo-b": "rl"}
+    again = run("import", str(tmp_path / "mlflow.db"), "--database-url", database_url, "-q")
+    assert again[0] == 0 and again[1].count("0 new records") == 2  # exactly once
+
+
+def test_a_wandb_directory_of_offline_runs_is_imported_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    from tests.api.test_wandb_runs import logged
+
+    run_dir = logged(tmp_path, range(3))
+    code, stdout, stderr = run("import", str(tmp_path / "wandb"), "--database-url", database_url,
+                               "-q")  # fmt: skip
+    assert code == 0, stderr
+    job_id = run_dir.name
+    assert f"{job_id} (wandb" in stdout and "3 new records" in stdout
+    assert stored(database_url) == {job_id: ("wandb", 3)}
+    again = run("import", str(run_dir), "--database-url", database_url, "-q")  # the run itself
+    assert again[0] == 0 and "0 new records" in again[1], again

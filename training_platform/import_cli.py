@@ -16,6 +16,11 @@ auto` tells the formats apart by name and first line:
 - `{project}.db` holding Trackio's tables: each of its runs (`trackio`),
   its job id `{project}.{run}` unless `--job-id`, its project the Trackio
   project;
+- a W&B offline run directory (`offline-run-*`, holding `run-<id>.wandb`),
+  or a `wandb/` directory of them (`wandb`), named like TensorBoard runs;
+- a SQLite file holding MLflow's tables (`mlflow.db`): each of its runs
+  (`mlflow`), its job id `{experiment}.{run name}`, its project the
+  experiment;
 - anything else is named and skipped.
 
 `--project` sets the project of every run imported.
@@ -34,7 +39,7 @@ import typer
 from training_platform.cli_support import DatabaseUrlOption, QuietOption, fail, known_errors
 from training_platform.errors import PlatformError
 
-FORMATS = ("auto", "platform", "verl_file", "tensorboard", "trackio")
+FORMATS = ("auto", "platform", "verl_file", "tensorboard", "trackio", "mlflow", "wandb")
 _PLATFORM_SUFFIX = "_metrics.jsonl"
 _OTHER_PLATFORM_FILES = ("_samples.jsonl", "_system.jsonl")
 
@@ -83,27 +88,31 @@ def sniff(path: Path) -> tuple[str, str] | None:
 
 def find_runs(path: Path, format: str) -> list[Run]:
     """Every run to import under `path` (a file, a run directory or a directory of runs)."""
-    from training_platform.ingest.formats.tensorboard_discovery import (
-        find_tensorboard_runs,
-        run_job_id,
-    )
+    from training_platform.ingest.formats.run_discovery import find_tool_runs, run_job_id
     from training_platform.ingest.formats.tensorboard_files import is_event_file
+    from training_platform.ingest.formats.wandb_log import is_run_file
 
-    if path.is_dir() and format in ("auto", "tensorboard"):
-        if any(is_event_file(entry.name) for entry in path.iterdir()):
-            return [Run(path, run_job_id(path.name), "tensorboard")]
+    DIRECTORY_FORMATS = {"tensorboard": is_event_file, "wandb": is_run_file}
+
+    if path.is_dir() and format in ("auto", *DIRECTORY_FORMATS):
+        names = [entry.name for entry in path.iterdir()]
+        for kind, holds in DIRECTORY_FORMATS.items():
+            if format in ("auto", kind) and any(map(holds, names)):
+                return [Run(path, run_job_id(path.name), kind)]  # PATH is one run
         runs = [
-            Run(found.directory, found.job_id, "tensorboard", found.project, found.name)
-            for found in find_tensorboard_runs(path)
+            Run(found.directory, found.job_id, found.format, found.project, found.name)
+            for found in find_tool_runs(path)
+            if format in ("auto", found.format)
         ]
-        if format == "tensorboard":
+        if format in DIRECTORY_FORMATS:
             return runs
     else:
         runs = []
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
     for file in files:
-        if format in ("auto", "trackio") and file.suffix == ".db":
-            runs += trackio_runs(file)
+        if format in ("auto", "trackio", "mlflow") and file.suffix == ".db":
+            found_runs = [] if format == "mlflow" else trackio_runs(file)
+            runs += found_runs or ([] if format == "trackio" else mlflow_runs(file))
             continue
         found = sniff(file)
         if found is None:
@@ -122,7 +131,7 @@ def trackio_runs(database: Path) -> list[Run]:
     """Each run of a Trackio project database (none when it is not one)."""
     import sqlite3
 
-    from training_platform.ingest.formats.tensorboard_discovery import run_job_id
+    from training_platform.ingest.formats.run_discovery import run_job_id
 
     project = database.stem
     try:
@@ -138,6 +147,28 @@ def trackio_runs(database: Path) -> list[Run]:
     ]
 
 
+def mlflow_runs(database: Path) -> list[Run]:
+    """Each active run of an MLflow SQLite tracking database (none when it is not one)."""
+    import sqlite3
+
+    from training_platform.ingest.formats.run_discovery import run_job_id
+
+    try:
+        with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True) as connection:
+            found = connection.execute(
+                "SELECT runs.run_uuid, runs.name, experiments.name FROM runs"
+                " JOIN experiments ON experiments.experiment_id = runs.experiment_id"
+                " WHERE runs.lifecycle_stage = 'active' ORDER BY runs.start_time"
+            ).fetchall()
+    except sqlite3.Error:
+        return []  # not MLflow's
+    return [
+        Run(database, run_job_id(f"{experiment}/{name or run_id}"), "mlflow", experiment,
+            name or run_id, run_id)
+        for run_id, name, experiment in found
+    ]  # fmt: skip
+
+
 def import_runs(
     path: Annotated[
         Path,
@@ -145,7 +176,7 @@ def import_runs(
     ],
     format: Annotated[
         str,
-        typer.Option("--format", "-f", help="auto, platform, verl_file or tensorboard."),
+        typer.Option("--format", "-f", help="auto, " + ", ".join(FORMATS[1:]) + "."),
     ] = "auto",
     job_id: Annotated[
         str | None,
@@ -201,11 +232,13 @@ def _import_one(services: Any, settings: Any, run: Run, project: str | None, pro
 
     try:
         with services.sync.session_factory.begin() as session:
-            trackio = run.format == "trackio"
+            trackio, mlflow = run.format == "trackio", run.format == "mlflow"
             register_job(
-                session, settings, job_id=run.job_id, metrics_dir=str(run.directory),
-                format=run.format, file=None if trackio else run.file,
+                session, settings, job_id=run.job_id,
+                metrics_dir=None if mlflow else str(run.directory),
+                format=run.format, file=None if trackio or mlflow else run.file,
                 project=run.project if trackio else None, run=run.run,
+                tracking_uri=f"sqlite:///{run.path}" if mlflow else None,
             )  # fmt: skip
             if project is not None or run.project is not None or run.name is not None:
                 store_run_about(session, run.job_id, project=project or run.project, name=run.name)
@@ -237,11 +270,12 @@ def _size(path: Path) -> int:
         return 1
     if path.is_file():
         return path.stat().st_size
-    return sum(file.stat().st_size for file in path.rglob("events.out*") if file.is_file())
+    files = [*path.rglob("events.out*"), *path.glob("run-*.wandb")]
+    return sum(file.stat().st_size for file in files if file.is_file())
 
 
 def _read_so_far(services: Any, job_id: str) -> int:
-    """Bytes of a TensorBoard run's event files read so far (their committed offsets)."""
+    """Bytes of a TensorBoard or W&B run's files read so far (their committed offsets)."""
     from sqlalchemy import func, select
 
     from training_platform.ingest.formats.tensorboard_files import KIND_PREFIX

@@ -56,7 +56,7 @@ class SSHSourceIn(RequestBody):
     )
 
 
-JobFormat = Literal["platform", "verl_file", "tensorboard", "trackio"]
+JobFormat = Literal["platform", "verl_file", "tensorboard", "trackio", "mlflow", "wandb"]
 
 
 class JobCreate(RequestBody):
@@ -79,8 +79,10 @@ class JobCreate(RequestBody):
         "`verl_file` (verl's `file` logger, `{job_id}.jsonl` in the directory, or `file`: "
         'lines `{"step": N, "data": {...}}`) or `tensorboard` (the `events.out.tfevents.*` '
         "files of the run directory, `metrics_dir` or `ssh.remote_dir`) or `trackio` (a run "
-        "of a Trackio project database: `metrics_dir`, `project`, `run`). MLflow and W&B "
-        "runs are being built (docs/contract.md, 'Runs logged by other tools').",
+        "of a Trackio project database: `metrics_dir`, `project`, `run`) or `mlflow` (a run "
+        "of an MLflow tracking database: `tracking_uri`, `run_id`) or `wandb` (a W&B offline "
+        "run directory, `offline-run-*`, holding `run-<id>.wandb`; `metrics_dir` or "
+        "`ssh.remote_dir`); docs/contract.md, 'Runs logged by other tools'.",
     )
     file: str | None = Field(
         default=None,
@@ -105,9 +107,28 @@ class JobCreate(RequestBody):
         description="With `trackio`: the run's name in that project.",
         examples=["brisk-sun-3"],
     )
+    tracking_uri: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2000,
+        description="With `mlflow`: the MLflow tracking database (`sqlite:///<file>` or "
+        "`postgresql://...`); no `metrics_dir` or `ssh` then.",
+        examples=["sqlite:////data/mlflow.db"],
+    )
+    run_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="With `mlflow`: the run's id in that store.",
+        examples=["151a458c3fa14e43ba3f6147cc5242e4"],
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> JobCreate:
+        if self.run_id is not None and self.format != "mlflow":
+            raise ValueError("'run_id' names an MLflow run (format mlflow), 'run' a Trackio one")
+        if self.format == "mlflow" or self.tracking_uri is not None:
+            return self  # a tracking database, not files: the registry checks the fields
         if (self.metrics_dir is None) == (self.ssh is None):
             raise ValueError("give exactly one of 'metrics_dir' and 'ssh'")
         if self.rollout_dir is not None and self.ssh is not None:
@@ -158,7 +179,10 @@ class IngesterOut(BaseModel):
 
 class JobOut(BaseModel):
     job_id: str
-    source: Literal["local", "ssh"]
+    source: Literal["local", "ssh", "tracking"] = Field(
+        description="Where its records are read: files here, files on an SSH host, or a "
+        "tracking database (`tracking_uri`)."
+    )
     discovered: bool = Field(description="Found in PLATFORM_METRICS_DIR rather than registered.")
     metrics_dir: str | None
     ssh: SSHSourceOut | None
@@ -212,7 +236,10 @@ class JobOut(BaseModel):
         default=None, description="The file its metrics are read from, when named (`JobCreate`)."
     )
     source_run: str | None = Field(
-        default=None, description="The run within that source (Trackio's run name)."
+        default=None, description="The run within that source (Trackio's name, MLflow's id)."
+    )
+    tracking_uri: str | None = Field(
+        default=None, description="The MLflow tracking database read, its password hidden."
     )
     ingested_by: IngesterOut | None = Field(
         default=None,

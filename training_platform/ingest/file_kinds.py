@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -52,9 +51,9 @@ StoreRecords = Callable[[Session, str, list[dict[str, Any]], float, list[str]], 
 # truncated file read again from byte 0, a bad unit counted and skipped.
 ScanFile = Callable[[ReadAt, int, ReadPosition, int], ReadBatch]
 
-# (path, position, max_bytes) -> what a database file on this machine holds after
-# `position` (a row cursor in `offset`: Trackio's SQLite), the same promises again.
-ReadDatabase = Callable[[Path, ReadPosition, int], ReadBatch]
+# (position, max_bytes) -> what a database holds after `position` (a row cursor
+# in `offset`: Trackio's SQLite, an MLflow tracking database), the same promises.
+ReadDatabase = Callable[[ReadPosition, int], ReadBatch]
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class LineFileKind:
     file: str | None = None
     # How its file is read when it is not lines (None: the line scanner, `decode`).
     scan: ScanFile | None = None
-    # How its file is read when it is a database, queried where it lies (local only).
+    # How its rows are read when they are in a database, queried where it lies.
     query: ReadDatabase | None = None
 
     @property

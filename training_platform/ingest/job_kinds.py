@@ -15,14 +15,16 @@ whether a local job changed since it was last read (`ingest/quiet_rounds.py`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from training_platform.errors import MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
+from training_platform.ingest.formats.mlflow_store import mlflow_kind, run_status
 from training_platform.ingest.formats.tensorboard_files import event_file_kind, is_event_file
 from training_platform.ingest.formats.trackio_db import trackio_kind
 from training_platform.ingest.formats.verl_file import METRICS_KINDS, VERL_FILE_SUFFIX
+from training_platform.ingest.formats.wandb_log import RUN_FILE_PREFIX, is_run_file, run_file_kind
 from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.readers import MetricsReader
@@ -31,7 +33,14 @@ from training_platform.store.models import Job
 
 TENSORBOARD = "tensorboard"
 TRACKIO = "trackio"
-FORMATS = (*METRICS_KINDS, TENSORBOARD, TRACKIO)  # what `jobs.format` may be (DESIGN.md §7)
+MLFLOW = "mlflow"
+WANDB = "wandb"
+FORMATS = (*METRICS_KINDS, TENSORBOARD, TRACKIO, MLFLOW, WANDB)
+# Formats whose files are found by listing the run directory, and which names are theirs.
+LISTED: dict[str, Callable[[str], bool]] = {
+    TENSORBOARD: is_event_file,
+    WANDB: is_run_file,
+}  # what `jobs.format` may be (DESIGN.md §7)
 MAX_SUBDIRECTORIES = 16  # of a run directory, listed for its hparams
 MAX_EVENT_FILES = 256  # per run: more is a log directory of many runs, not one run
 
@@ -54,20 +63,32 @@ class JobKinds:
             self._formats[job.job_id] = job.format
             if job.file is not None:
                 self._files[job.job_id] = job.file
-        if job.format == TRACKIO:
-            assert job.file is not None and job.run is not None  # registration requires them
-            return (trackio_kind(job.file, job.run),)
-        if job.format != TENSORBOARD:
+        if job.format == TRACKIO:  # registration requires all three
+            assert job.metrics_dir is not None and job.file is not None and job.run is not None
+            return (trackio_kind(job.metrics_dir, job.file, job.run),)
+        if job.format == MLFLOW:
+            assert job.tracking_uri is not None and job.run is not None
+            return (mlflow_kind(job.tracking_uri, job.run),)
+        if job.format not in LISTED:
             kind = METRICS_KINDS.get(job.format, METRICS)
             return (kind if job.file is None else replace(kind, file=job.file),)
         try:
-            names = sorted(_event_files(reader))
+            names = sorted(_listed_files(job.format, reader))
         except MetricsSourceError:
             names = list(self._event_files.get(job.job_id, ()))  # the sync reports it
         names = names[:MAX_EVENT_FILES]
         with self._guard:
             self._event_files[job.job_id] = tuple(names)
-        return tuple(event_file_kind(name) for name in names)
+        kind_of = event_file_kind if job.format == TENSORBOARD else run_file_kind
+        return tuple(kind_of(name) for name in names)
+
+    @staticmethod
+    def tool_status(job: Job) -> str | None:
+        """The run's status as the tool that logs it says (MLflow's), None where only
+        its files tell (the status file, or records coming and stopping)."""
+        if job.format == MLFLOW and job.tracking_uri is not None and job.run is not None:
+            return run_status(job.tracking_uri, job.run)
+        return None
 
     def line_kinds_of(self, job_id: str, reader: MetricsReader) -> tuple[LineFileKind, ...]:
         if self.host_files is None:
@@ -90,9 +111,9 @@ class JobKinds:
         names = [job_id + suffix for suffix in suffixes]
         if named is not None:  # and a database's write-ahead log, where its rows land first
             names += [named, f"{named}-wal"] if format == TRACKIO else [named]
-        if format == TENSORBOARD:
-            events = listed if listing is None else sorted(filter(is_event_file, listing))
-            names += events[:MAX_EVENT_FILES]
+        if format in LISTED:
+            found = listed if listing is None else sorted(filter(LISTED[format], listing))
+            names += found[:MAX_EVENT_FILES]
         return tuple(names)
 
     def format_of(self, job_id: str) -> str | None:
@@ -108,9 +129,12 @@ class JobKinds:
             self._files.pop(job_id, None)
 
 
-def _event_files(reader: MetricsReader) -> list[str]:
-    """A TensorBoard run directory's event files, and those of its subdirectories
-    (torch's and tensorboardX's `add_hparams` write the run's hparams into one)."""
+def _listed_files(format: str, reader: MetricsReader) -> list[str]:
+    """A W&B run directory's transaction logs; a TensorBoard run directory's event
+    files, and those of its subdirectories (torch's and tensorboardX's `add_hparams`
+    write the run's hparams into one)."""
+    if format == WANDB:
+        return [name for name in reader.list_names(RUN_FILE_PREFIX) if is_run_file(name)]
     names = [name for name in reader.list_names("events.out") if is_event_file(name)]
     for directory in reader.list_directories()[:MAX_SUBDIRECTORIES]:
         listed = reader.list_names("events.out", under=directory)

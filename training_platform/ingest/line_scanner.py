@@ -120,6 +120,18 @@ class _Scan:
             offset += len(line) + 1
 
 
+def start_of(read_at: ReadAt, size: int, position: ReadPosition) -> tuple[bytes, int, bool]:
+    """The file's first bytes (its fingerprint's), and where a read starts: at
+    `position`, or at 0 with ``reset`` when the file is now shorter than that or its
+    first bytes changed (truncated, or replaced). For the framed files of other
+    tools; `scan_lines` also minds an over-long line it was inside."""
+    head = read_at(0, min(size, FINGERPRINT_BYTES)) if size else b""
+    stale = position.fingerprint is not None and not same_file(position.fingerprint, head)
+    if stale or position.offset > size:
+        return head, 0, True
+    return head, position.offset, False
+
+
 def scan_lines(
     read_at: ReadAt,
     size: int,

@@ -1,8 +1,9 @@
 """Which jobs a background round syncs: one rule for the server and `training-platform sync`.
 
-- **SSH jobs** have no file notifications over SFTP: polled every
-  `ssh_poll_interval` while running; a finished SSH run costs a round trip
-  per poll for nothing, so it is left alone.
+- **SSH jobs** have no file notifications over SFTP, nor do runs read from a
+  tracking database (MLflow): polled every `ssh_poll_interval` while
+  running; a finished one costs a round trip per poll for nothing, so it is
+  left alone.
 - **Local jobs** are polled every `poll_interval`, and only those whose files
   changed since this process last read them (one `os.stat` each, the status
   file's inode from one directory listing, one listing of a rollout
@@ -73,7 +74,7 @@ class PollRule:
         by_directory: dict[str, list[tuple[KnownJob, str]]] = {}
         for job in jobs:
             status = self._service.known_status(job.job_id) or job.status
-            if job.source == "ssh":
+            if job.source != "local":  # SSH, a tracking database: no notifications
                 if status in TERMINAL_STATUSES:
                     continue
                 last = self._ssh_polled.get(job.job_id, -math.inf)

@@ -145,10 +145,9 @@ class MetricsReader(ABC):
         consumed then. A missing optional file reads as nothing new. A kind
         whose file is not lines is read by its own `scan`, with the same promises.
         """
-        name = kind.file_name(self.job_id)
         if kind.query is not None:  # a database: queried in place, not read by bytes
-            start = _as_position(position)
-            return kind.query(self.local_path(name), start, max_bytes or self.max_bytes)
+            return kind.query(_as_position(position), max_bytes or self.max_bytes)
+        name = kind.file_name(self.job_id)
         scan = kind.scan if kind.scan is not None else _line_scan(kind.decode, self)
         return self._read(name, kind.name, scan, kind.required, position, max_bytes)
 
@@ -230,11 +229,6 @@ class MetricsReader(ABC):
 
     # Whether `list_names` costs no more than a system call (no network round trip).
     cheap_listing: bool = False
-
-    def local_path(self, name: str) -> Path:
-        """The job's file `name` on this machine, for a database queried in place;
-        `MetricsSourceError` where files are only reached byte by byte (SSH)."""
-        raise MetricsSourceError(f"{name}: a database is read on the server's machine only")
 
     @abstractmethod
     def list_names(self, prefix: str, under: str = "") -> list[str]:
@@ -388,9 +382,6 @@ class LocalMetricsReader(MetricsReader):
 
     def list_directories(self) -> list[str]:
         return [name for name, is_dir in self._entries("") if is_dir and name[:1] != "."]
-
-    def local_path(self, name: str) -> Path:
-        return self.directory / name
 
     def _entries(self, under: str) -> list[tuple[str, bool]]:
         directory = self.directory / under if under else self.directory

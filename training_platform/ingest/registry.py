@@ -17,10 +17,12 @@ from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
-from training_platform.ingest.formats.tensorboard_discovery import find_tensorboard_runs
+from training_platform.ingest.formats.mlflow_store import check_tracking_uri
+from training_platform.ingest.formats.run_discovery import find_tool_runs
 from training_platform.ingest.formats.trackio_db import database_name
 from training_platform.ingest.host_names import check_ssh_host
-from training_platform.ingest.job_kinds import FORMATS, TENSORBOARD, TRACKIO
+from training_platform.ingest.job_kinds import FORMATS, MLFLOW, TRACKIO
+from training_platform.ingest.no_files_reader import NoFilesReader
 from training_platform.ingest.persister import ensure_sync_state
 from training_platform.ingest.readers import LocalMetricsReader, MetricsReader, discover_job_ids
 from training_platform.ingest.rollout_files import RolloutSource, SSHRolloutSource, local_source
@@ -58,18 +60,19 @@ def discover_jobs(session: Session, metrics_dir: Path) -> list[str]:
     known = set(session.scalars(select(Job.job_id)))
     known.update(session.scalars(select(DeletedJob.job_id)))
     added = [job_id for job_id in discover_job_ids(metrics_dir) if job_id not in known]
+    now = time.time()  # one discovery, one time: the jobs list orders by it, then by id
     for job_id in added:
-        _add_discovered(session, job_id, directory, "platform")
-    for run in find_tensorboard_runs(metrics_dir.resolve()):
+        _add_discovered(session, job_id, directory, "platform", now)
+    for run in find_tool_runs(metrics_dir.resolve()):
         if run.job_id in known or run.job_id in added:
             continue
-        if _add_discovered(session, run.job_id, str(run.directory), TENSORBOARD):
+        if _add_discovered(session, run.job_id, str(run.directory), run.format, now):
             store_run_about(session, run.job_id, project=run.project, name=run.name)
             added.append(run.job_id)
     return added
 
 
-def _add_discovered(session: Session, job_id: str, directory: str, format: str) -> bool:
+def _add_discovered(session: Session, job_id: str, directory: str, format: str, now: float) -> bool:
     """Insert a discovered job unless a concurrent discovery did; True when added."""
     inserted = session.execute(
         dialect_insert(session)(Job.__table__)
@@ -80,7 +83,7 @@ def _add_discovered(session: Session, job_id: str, directory: str, format: str) 
             metrics_dir=directory,
             status="pending",
             anomaly_detected=False,
-            created_at=time.time(),
+            created_at=now,
             format=format,
         )
         .on_conflict_do_nothing(index_elements=["job_id"])
@@ -101,8 +104,12 @@ def register_job(
     file: str | None = None,
     project: str | None = None,
     run: str | None = None,
+    tracking_uri: str | None = None,
 ) -> tuple[Job, bool]:
     """Register a job; returns (job, created). Same source again is a no-op.
+
+    An MLflow run (format "mlflow") is `tracking_uri` and `run` (its run id),
+    with no directory (`_register_tracked`).
 
     `file`: verl's file logger's file when it is not `{job_id}.jsonl` (a name
     in the directory). `project` and `run`: a Trackio run (format "trackio",
@@ -120,6 +127,12 @@ def register_job(
     `JobConflictError` when the id is taken by a different source.
     """
     validate_job_id(job_id)
+    if format == MLFLOW or tracking_uri is not None:
+        if (metrics_dir, ssh, rollout_dir, file, project) != (None,) * 5 or format != MLFLOW:
+            raise InvalidSourceError(
+                "an MLflow run is 'tracking_uri' and 'run' (its run id), with format mlflow"
+            )
+        return _register_tracked(session, job_id, tracking_uri, run)
     if (metrics_dir is None) == (ssh is None):
         raise InvalidSourceError("give exactly one of 'metrics_dir' and 'ssh'")
     if rollout_dir is not None and ssh is not None:
@@ -170,6 +183,28 @@ def register_job(
         candidate.ssh_remote_dir = ssh.remote_dir
         candidate.rollout_dir = ssh.remote_rollout_dir
 
+    job, created = _add_registered(session, candidate)
+    if created and format == TRACKIO:  # shown as Trackio shows it, until a user renames it
+        store_run_about(session, job_id, project=project, name=run)
+    return job, created
+
+
+def _register_tracked(
+    session: Session, job_id: str, tracking_uri: str | None, run: str | None
+) -> tuple[Job, bool]:
+    """An MLflow run: read from its tracking database, no directory (source "tracking")."""
+    if not tracking_uri or not run:
+        raise InvalidSourceError("format mlflow needs 'tracking_uri' and 'run_id'")
+    candidate = Job(
+        job_id=job_id, discovered=False, status="pending", anomaly_detected=False,
+        format=MLFLOW, source="tracking", tracking_uri=check_tracking_uri(tracking_uri), run=run,
+    )  # fmt: skip
+    return _add_registered(session, candidate)
+
+
+def _add_registered(session: Session, candidate: Job) -> tuple[Job, bool]:
+    """`candidate` added, or the job already registered from the same source."""
+    job_id = candidate.job_id
     existing = session.get(Job, job_id)
     if existing is not None:
         if _same_source(existing, candidate):
@@ -181,8 +216,6 @@ def register_job(
     session.add(candidate)
     session.flush()
     ensure_sync_state(session, job_id)
-    if format == TRACKIO:  # shown as Trackio shows it, until a user renames it
-        store_run_about(session, job_id, project=project, name=run)
     return candidate, True
 
 
@@ -224,7 +257,7 @@ def allowed_directory(text: str, field: str, settings: Settings) -> Path:
 def _same_source(a: Job, b: Job) -> bool:
     fields = (
         "source", "metrics_dir", "ssh_host", "ssh_port", "ssh_username", "ssh_key_path",
-        "ssh_remote_dir", "rollout_dir", "format", "file", "run",
+        "ssh_remote_dir", "rollout_dir", "format", "file", "run", "tracking_uri",
     )  # fmt: skip
     return all(getattr(a, name) == getattr(b, name) for name in fields)
 
@@ -243,9 +276,11 @@ def ssh_target(job: Job, settings: Settings) -> SSHTarget:
 
 
 def make_reader(job: Job, settings: Settings) -> MetricsReader:
-    """The reader for a job's files, local or over SSH."""
+    """The reader for a job's files, local or over SSH (none for a tracking database)."""
     limits = {"max_line_bytes": settings.max_line_bytes, "max_bytes": settings.sync_batch_bytes}
     follow = settings.follow_symlinks
+    if job.source == "tracking":
+        return NoFilesReader(job.job_id, **limits)
     if job.source == "ssh":
         assert job.ssh_remote_dir is not None
         return SSHMetricsReader(

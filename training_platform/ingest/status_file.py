@@ -70,13 +70,16 @@ def sync_status(
     reader: MetricsReader,
     stall: StallWatch | None,
     started: bool = False,
+    tool_status: str | None = None,
 ) -> tuple[Job, bool]:
     """Copy the status file onto `job` (as loaded by the sync service, detached), with
     the stalled verdict, and commit; returns the job and whether its status changed.
 
     A run logged by another tool (`job.format` not "platform") has no status
     file: `started` (this sync stored records) makes a pending one running,
-    and the stall rule takes it from there.
+    and the stall rule takes it from there; where the tool keeps a status of
+    its own (MLflow), `tool_status` is it, and it wins (a running run the
+    stall rule found silent stays stalled until it logs again).
 
     Costs no database round trip when nothing changed: the job is attached
     without a SELECT and only a change is flushed (UPDATE of the changed
@@ -89,6 +92,11 @@ def sync_status(
         if started and job.format != "platform" and job.status == "pending":
             job.status = "running"
             job.started_at = job.started_at or time.time()
+        # The tool's own word (MLflow's run status) wins over records coming and going.
+        news = _tool_news(job, tool_status)
+        if news is not None:
+            job.status = news
+            job.started_at = job.started_at or time.time()
         if stall is not None:
             review_stall(stall, session, job)
         # Compared as a whole, not as "did the file change anything": the
@@ -100,6 +108,14 @@ def sync_status(
         except StaleDataError as exc:  # the job was deleted meanwhile
             raise JobNotFoundError(f"job {job.job_id!r} not found") from exc
         return job, changed
+
+
+def _tool_news(job: Job, tool_status: str | None) -> str | None:
+    """The tool's status when it is news for `job` (a stalled run it says runs stays
+    stalled: the stall rule undoes that when records come again)."""
+    if tool_status is None or job.format == "platform" or tool_status == job.status:
+        return None
+    return None if (tool_status, job.status) == ("running", "stalled") else tool_status
 
 
 def _status_fields(job: Job) -> tuple[Any, ...]:

@@ -37,10 +37,11 @@ from watchfiles import awatch
 
 from training_platform.callbacks.wire.schema import JOB_ID_PATTERN, MAX_STEP
 from training_platform.history.metrics_query import list_metrics
-from training_platform.ingest.formats.tensorboard_discovery import find_tensorboard_runs
+from training_platform.ingest.formats.run_discovery import find_tool_runs
 from training_platform.ingest.formats.tensorboard_files import is_event_file
 from training_platform.ingest.formats.verl_file import VERL_FILE_SUFFIX
-from training_platform.ingest.job_kinds import TENSORBOARD, TRACKIO
+from training_platform.ingest.formats.wandb_log import is_run_file
+from training_platform.ingest.job_kinds import TENSORBOARD, TRACKIO, WANDB
 from training_platform.ingest.polling import KnownJob, PollRule, known_jobs
 from training_platform.ingest.readers import STATUS_SUFFIX, discover_job_ids
 from training_platform.ingest.sync_service import SyncService
@@ -248,7 +249,7 @@ class LiveHub:
     def _discover(self) -> None:
         """Register new files; the database is asked only when the listing changed."""
         root = Path(self.settings.metrics_dir)
-        runs = (run.job_id for run in find_tensorboard_runs(root))  # scandir only: no stat
+        runs = (run.job_id for run in find_tool_runs(root))  # scandir only: no stat
         listing = frozenset((*discover_job_ids(root), *runs))
         if listing == self._listing:
             return
@@ -308,6 +309,8 @@ class LiveHub:
                         self._sync_format(known, TENSORBOARD)
                     elif name.endswith(DATABASE_FILES):  # a Trackio project's rows
                         self._sync_format(known, TRACKIO)
+                    elif is_run_file(name):  # a W&B offline run's transaction log
+                        self._sync_format(known, WANDB)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

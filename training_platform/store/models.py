@@ -81,8 +81,10 @@ class Job(Base):
     format: Mapped[str] = mapped_column(String(16), default="platform", server_default="platform")
     # The file its metrics are read from, when not its format's default name.
     file: Mapped[str | None] = mapped_column(String(255))
-    # The run within that source (Trackio's run name), for a tool that keeps many.
+    # The run within that source (Trackio's run name, MLflow's run id).
     run: Mapped[str | None] = mapped_column(String(255))
+    # An MLflow tracking database (source "tracking"): where the run is read from.
+    tracking_uri: Mapped[str | None] = mapped_column(String(2000))
 
 
 class LiveOutbox(Base):

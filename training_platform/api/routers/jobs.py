@@ -21,6 +21,7 @@ from training_platform.api.schemas import (
     SyncStateOut,
 )
 from training_platform.errors import HostKeyError, InvalidParameterError, InvalidSourceError
+from training_platform.ingest.formats.mlflow_store import shown_url
 from training_platform.ingest.registry import SSHSource, register_job, ssh_target
 from training_platform.ingest.ssh import check_ssh_connection
 from training_platform.ingest.sync_service import SyncService
@@ -48,6 +49,7 @@ from training_platform.store.storable import storable_text
 JobStatus = Literal["pending", "running", "completed", "failed", "stopped", "stalled"]
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+_SOURCES: dict[str, Literal["ssh", "tracking"]] = {"ssh": "ssh", "tracking": "tracking"}
 
 
 def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
@@ -64,7 +66,7 @@ def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
         )
     return JobOut(
         job_id=job.job_id,
-        source="ssh" if job.source == "ssh" else "local",
+        source=_SOURCES.get(job.source, "local"),
         discovered=job.discovered,
         metrics_dir=job.metrics_dir,
         ssh=ssh,
@@ -89,6 +91,7 @@ def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
         format=job.format,
         file=job.file,
         source_run=job.run,
+        tracking_uri=None if job.tracking_uri is None else shown_url(job.tracking_uri),
         **run_fields(job, summary.run),
     )
 
@@ -262,7 +265,8 @@ def register_job_route(
         format=body.format,
         file=body.file,
         project=body.project,
-        run=body.run,
+        run=body.run if body.format != "mlflow" else body.run_id,
+        tracking_uri=body.tracking_uri,
     )
     if created and ssh is not None:
         try:

@@ -16,22 +16,19 @@ merged into the step's stored record (`merged_steps.py`).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
+from training_platform.errors import MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
-from training_platform.ingest.formats.merged_steps import store_merged
-from training_platform.ingest.formats.tensorboard import decode_events, records_of
-from training_platform.ingest.formats.tfrecord import read_records
+from training_platform.ingest.formats.merged_steps import merged_metrics_kind
 from training_platform.ingest.line_scanner import (
-    FINGERPRINT_BYTES,
     MAX_ERRORS,
     ReadAt,
     ReadBatch,
     ReadPosition,
     fingerprint,
-    same_file,
+    start_of,
 )
-from training_platform.ingest.metrics_file import METRICS
 
 EVENT_FILE_MARK: Final = ".tfevents."
 """In every event file's name: `events.out.tfevents.<time>.<host>[.<pid>.<n>][suffix]`."""
@@ -50,11 +47,15 @@ def scan_events(read_at: ReadAt, size: int, position: ReadPosition, max_bytes: i
     back; a record with a bad checksum or that is not an event is skipped and
     counted as malformed, with its reason.
     """
-    head = read_at(0, min(size, FINGERPRINT_BYTES)) if size else b""
-    offset, reset = position.offset, False
-    stale = position.fingerprint is not None and not same_file(position.fingerprint, head)
-    if stale or offset > size:
-        offset, reset = 0, True
+    try:  # the `formats` extra: the server runs without it, TensorBoard runs need it
+        from training_platform.ingest.formats.tensorboard import decode_events, records_of
+        from training_platform.ingest.formats.tfrecord import read_records
+    except ImportError as exc:
+        raise MetricsSourceError(
+            f"reading TensorBoard runs needs the 'formats' extra ({exc}): "
+            "pip install 'training-platform[server,formats]'"
+        ) from None
+    head, offset, reset = start_of(read_at, size, position)
     framed = read_records(read_at, size, offset, max_bytes)
     decoded = decode_events(framed.records)
     problems = [*framed.corrupt, *decoded.errors]
@@ -72,16 +73,4 @@ def scan_events(read_at: ReadAt, size: int, position: ReadPosition, max_bytes: i
 
 def event_file_kind(name: str) -> LineFileKind:
     """The kind of the event file `name` (a path relative to the run directory)."""
-    return LineFileKind(
-        name=KIND_PREFIX + name,
-        suffix="",
-        decode=_not_lines,
-        store=store_merged,
-        key=METRICS.key,
-        file=name,
-        scan=scan_events,
-    )
-
-
-def _not_lines(line: bytes) -> dict[str, Any]:
-    raise TypeError("event files are read by scan_events, not by lines")
+    return merged_metrics_kind(file=name, scan=scan_events)

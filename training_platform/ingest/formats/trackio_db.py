@@ -34,9 +34,8 @@ from typing import Any, Final
 from training_platform.callbacks.wire.records import build_record
 from training_platform.errors import MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
-from training_platform.ingest.formats.merged_steps import store_merged
+from training_platform.ingest.formats.merged_steps import merged_metrics_kind
 from training_platform.ingest.line_scanner import MAX_ERRORS, ReadBatch, ReadPosition
-from training_platform.ingest.metrics_file import METRICS
 
 DATABASE_SUFFIX: Final = ".db"
 ROW_BYTES: Final = 256  # a batch's rows: about max_bytes / ROW_BYTES
@@ -46,7 +45,7 @@ def database_name(project: str) -> str:
     return f"{project}{DATABASE_SUFFIX}"
 
 
-def read_run(path: Path, position: ReadPosition, max_bytes: int, *, run: str) -> ReadBatch:
+def read_run(position: ReadPosition, max_bytes: int, *, path: Path, run: str) -> ReadBatch:
     """The rows of Trackio run `run` after `position` in the database at `path`."""
     if not path.is_file():
         raise MetricsSourceError(f"Trackio database {path} does not exist")
@@ -141,15 +140,9 @@ def _about(connection: sqlite3.Connection, run_id: str) -> dict[str, Any] | None
     return {"config": {key: value for key, value in config.items() if not str(key).startswith("_")}}
 
 
-def trackio_kind(database: str, run: str) -> LineFileKind:
-    """The metrics of Trackio run `run` in the project database `database` (a name)."""
-    return LineFileKind(
-        name=METRICS.name,
-        suffix="",
-        decode=METRICS.decode,
-        store=store_merged,
-        key=METRICS.key,
-        required=True,
-        file=database,
-        query=partial(read_run, run=run),
+def trackio_kind(directory: str, database: str, run: str) -> LineFileKind:
+    """The metrics of Trackio run `run` in the project database `database` (a name in
+    Trackio's `directory`)."""
+    return merged_metrics_kind(
+        file=database, query=partial(read_run, path=Path(directory) / database, run=run)
     )

@@ -8,6 +8,7 @@ import {
   filtersActive,
   groupByProject,
   ingesterLabel,
+  sourceLabel,
   jobsApiFilters,
   jobsHash,
   metaPatch,
@@ -120,5 +121,15 @@ describe("the process that ingests a run", () => {
   test("nothing on one process or while nobody holds it", () => {
     assert.equal(ingesterLabel({ ingested_by: null }), null);
     assert.equal(ingesterLabel({}), null);
+  });
+});
+
+describe("sourceLabel", () => {
+  test("where the records are read, and which tool logged them", () => {
+    assert.equal(sourceLabel({ source: "local", format: "platform" }), "local");
+    assert.equal(sourceLabel({ source: "ssh", ssh: { host: "gpu-3" }, format: "platform" }), "ssh gpu-3");
+    assert.equal(sourceLabel({ source: "local", format: "tensorboard" }), "TensorBoard · local");
+    assert.equal(sourceLabel({ source: "tracking", format: "mlflow" }), "MLflow · tracking database");
+    assert.equal(sourceLabel({ source: "local" }), "local"); // an older server: no format
   });
 });

@@ -23,5 +23,5 @@ test("a missing job id or directory says which", () => {
 });
 
 test("the formats offered are the API's", () => {
-  assert.deepEqual(FORMATS.map(([value]) => value), ["platform", "verl_file", "tensorboard"]);
+  assert.deepEqual(FORMATS.map(([value]) => value), ["platform", "verl_file", "tensorboard", "wandb"]);
 });

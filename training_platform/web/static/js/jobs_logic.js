@@ -161,6 +161,19 @@ export function storedTitle(figures) {
     : base;
 }
 
+const TOOLS = { verl_file: "verl file logger", tensorboard: "TensorBoard", trackio: "Trackio", mlflow: "MLflow" };
+
+/**
+ * The source column's text: where the run's records are read (this machine, an SSH
+ * host, a tracking database) and, for a run logged by another tool, which tool.
+ */
+export function sourceLabel(job) {
+  const where = job.source === "ssh" && job.ssh ? `ssh ${job.ssh.host}`
+    : job.source === "tracking" ? "tracking database" : "local";
+  const tool = TOOLS[job.format];
+  return tool ? `${tool} · ${where}` : where;
+}
+
 /**
  * Which server process ingests the job (several processes on PostgreSQL: the holder
  * of its lease, `ingested_by`), as the source column shows it, and its tooltip.

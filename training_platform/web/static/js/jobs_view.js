@@ -19,7 +19,7 @@ import { MAX_RUNS, compareHash } from "./compare_logic.js";
 import { debounce, fmtAgo, fmtTime, h, statusBadge } from "./format.js";
 import {
   HEALTHS, STATUSES, filtersActive, groupByProject, ingesterLabel, jobsApiFilters, jobsHash, parseJobsState,
-  parseTags, progressFigures, storedText, storedTitle, toggleSelection,
+  parseTags, progressFigures, sourceLabel, storedText, storedTitle, toggleSelection,
 } from "./jobs_logic.js";
 import { progressCell } from "./panels.js";
 import { RegisterForm } from "./register_form.js";
@@ -238,7 +238,7 @@ export class JobsView {
     const anomalies = job.anomaly_count
       ? h("span", { class: "badge anomaly-badge", title: job.anomaly_reason || "" }, `⚠ ${job.anomaly_count}`)
       : h("span", { class: "muted" }, "none");
-    const source = job.source === "ssh" && job.ssh ? `ssh ${job.ssh.host}` : "local";
+    const source = sourceLabel(job);
     const ingester = ingesterLabel(job);
     const refuse = full && !isSelected;
     const box = h("input", { type: "checkbox", class: "select-job", checked: isSelected,

@@ -1,8 +1,9 @@
 // A dialog to register a run whose files the platform does not find by itself
 // (`POST /api/jobs`): a directory on the server's machine and the format its run is
 // logged in: this platform's callback files, verl's file logger (with its file's
-// name when it is not the job id's) or a TensorBoard run directory (docs/contract.md,
-// "Runs logged by other tools"). SSH sources stay with the API for now.
+// name when it is not the job id's), a TensorBoard run directory or a W&B offline run
+// (docs/contract.md, "Runs logged by other tools"). SSH sources, Trackio (project and
+// run) and MLflow (tracking URI and run id) stay with the API and `import` for now.
 //
 // Like the run editor, it lives outside the jobs table that is redrawn on refresh.
 
@@ -13,6 +14,7 @@ export const FORMATS = [
   ["platform", "this platform's callback ({job_id}_metrics.jsonl)"],
   ["verl_file", "verl's file logger ({job_id}.jsonl, or the file named)"],
   ["tensorboard", "TensorBoard (the directory's events.out.tfevents.* files)"],
+  ["wandb", "W&B offline run (an offline-run-* directory)"],
 ];
 
 /** The request body for the form's values; null with the reason when incomplete. */

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from training_platform.callbacks.wire.schema import JOB_ID_PATTERN
-from training_platform.ingest.formats.tensorboard_discovery import (
+from training_platform.ingest.formats.run_discovery import (
     MAX_DEPTH,
-    find_tensorboard_runs,
+    find_tool_runs,
     run_job_id,
 )
 
@@ -28,7 +28,7 @@ def test_runs_are_named_by_path_and_grouped_by_parent(tmp_path: Path) -> None:
     event_file(tmp_path / "elsewhere")
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # never followed
     event_file(tmp_path)  # the metrics directory itself is not a run
-    runs = find_tensorboard_runs(tmp_path)
+    runs = find_tool_runs(tmp_path)
     assert [(run.name, run.job_id, run.project) for run in runs] == [
         ("a/b/c/d", "a.b.c.d", "a/b/c"),
         ("elsewhere", "elsewhere", None),
@@ -36,7 +36,7 @@ def test_runs_are_named_by_path_and_grouped_by_parent(tmp_path: Path) -> None:
         ("ppo", "ppo", None),
     ]
     assert MAX_DEPTH == 4
-    assert find_tensorboard_runs(tmp_path / "missing") == []
+    assert find_tool_runs(tmp_path / "missing") == []
 
 
 def test_a_path_that_is_not_a_job_id_gets_a_safe_distinct_one() -> None:

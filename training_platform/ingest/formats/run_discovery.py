@@ -1,7 +1,9 @@
-"""TensorBoard runs under the metrics directory, found without a call (DESIGN.md §7).
+"""Other tools' runs under the metrics directory, found without a call (DESIGN.md §7).
 
-A run is a directory holding `events.out.tfevents.*` files, as TensorBoard
-itself sees one (`--logdir` of many runs). It is named by its path relative
+A TensorBoard run is a directory holding `events.out.tfevents.*` files, as
+TensorBoard itself sees one (`--logdir` of many runs); a W&B offline run a
+directory holding a `run-<id>.wandb` transaction log (`wandb/offline-run-*`,
+so a W&B `wandb/` directory shows each of its runs). A run is named by its path relative
 to the metrics directory (`grpo/seed1`), its job id is that path with `/` as
 `.` (job ids are one path component), and its project is its parent's path.
 A run directory's own subdirectories are part of it (torch's `add_hparams`
@@ -24,6 +26,7 @@ from typing import Final
 
 from training_platform.callbacks.wire.schema import JOB_ID_PATTERN
 from training_platform.ingest.formats.tensorboard_files import is_event_file
+from training_platform.ingest.formats.wandb_log import is_run_file
 
 MAX_DEPTH: Final = 4  # runs at most this many directories below the metrics directory
 MAX_DIRECTORIES: Final = 5000  # visited per walk
@@ -37,10 +40,12 @@ class FoundRun:
     directory: Path
     name: str  # its path relative to the metrics directory
     project: str | None  # its parent's relative path (None: at the top)
+    format: str = "tensorboard"  # or "wandb"
 
 
-def find_tensorboard_runs(root: Path) -> list[FoundRun]:
-    """Every TensorBoard run below `root` (not `root` itself), in path order."""
+def find_tool_runs(root: Path) -> list[FoundRun]:
+    """Every TensorBoard or W&B offline run below `root` (not `root` itself), in path
+    order."""
     found: list[FoundRun] = []
     visited = 0
     pending = [(root, 0)]
@@ -53,8 +58,11 @@ def find_tensorboard_runs(root: Path) -> list[FoundRun]:
         except OSError:
             continue
         if depth > 0 and any(is_event_file(entry.name) for entry in listed):
-            found.append(_run(root, directory))
+            found.append(_run(root, directory, "tensorboard"))
             continue  # its subdirectories are its own (hparams)
+        if depth > 0 and any(is_run_file(entry.name) for entry in listed):
+            found.append(_run(root, directory, "wandb"))
+            continue  # its files/, logs/: W&B's own
         if depth >= MAX_DEPTH:
             continue
         for entry in listed:
@@ -79,7 +87,8 @@ def run_job_id(name: str) -> str:
     return job_id
 
 
-def _run(root: Path, directory: Path) -> FoundRun:
+def _run(root: Path, directory: Path, format: str) -> FoundRun:
     name = directory.relative_to(root).as_posix()
     parent = Path(name).parent.as_posix()
-    return FoundRun(run_job_id(name), directory, name, None if parent == "." else parent)
+    project = None if parent == "." else parent
+    return FoundRun(run_job_id(name), directory, name, project, format)
