@@ -2,6 +2,13 @@
 
     .venv/bin/python benchmarks/bench_live.py [--clients 1,100,500] [--lines 150]
         [--rate 10] [--throughput-lines 100000] [--database-url URL] [--deflate]
+        [--format platform|tensorboard]
+
+`--format tensorboard`: the writer is torch's `SummaryWriter` logging the same
+~20 scalars a step (one event each, stamped by the writer) and flushing after
+each step, into a TensorBoard run directory the server discovers; latency =
+arrival - the step's last event's wall time, so the flush is in it (a step
+announced again, completed, counts at its first arrival). Latency only.
 
 (BENCH_CLIENTS_PER_PROCESS, default 250, spreads the clients over more processes.)
 
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from training_platform.callbacks.wire.lines import encode_record
 from training_platform.callbacks.wire.records import build_record
@@ -75,6 +83,26 @@ def line(step: int) -> bytes:
 # -- roles run as separate processes ---------------------------------------------
 
 
+# 20 tags a step, as verl's `tensorboard` logger writes them: the callback benchmark's keys.
+from bench_callback import KEYS as TENSORBOARD_TAGS  # noqa: E402
+
+
+def run_tensorboard_writer(directory: str, count: int, rate: float) -> None:
+    """`rate` steps/s into a TensorBoard run: ~20 `add_scalar` a step, then a flush."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(directory, max_queue=1 << 20, flush_secs=3600)
+    start = time.monotonic()
+    for step in range(count):
+        delay = start + step / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        for index, tag in enumerate(TENSORBOARD_TAGS):
+            writer.add_scalar(tag, 0.01 * index + 0.001 * step, step)
+        writer.flush()
+    writer.close()
+
+
 def run_writer(path: str, count: int, rate: float) -> None:
     """`rate` lines/s, one write each; 0: as fast as possible, 1000 lines per write."""
     with open(path, "ab", buffering=0) as handle:
@@ -95,6 +123,7 @@ async def _client(url: str, last_step: int, timeout: float, out: list[Any]) -> N
 
     async with connect(url, open_timeout=60, compression=os.environ.get("DEFLATE")) as ws:
         out.append(ws)  # connected
+        seen: set[int] = set()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -103,9 +132,10 @@ async def _client(url: str, last_step: int, timeout: float, out: list[Any]) -> N
                 break
             now = time.time()
             message = json.loads(raw)
-            if message["type"] != "metric":
-                continue
+            if message["type"] != "metric" or message["data"]["step"] in seen:
+                continue  # a step sent again, completed (another tool's): its first arrival
             data = message["data"]
+            seen.add(data["step"])
             out.append((data["step"], (now - data["timestamp"]) * 1000.0, now))
             if data["step"] == last_step:
                 break
@@ -157,7 +187,14 @@ def start_server(
 
 
 def scenario(
-    port: int, job: str, path: Path, clients: int, lines: int, rate: float, deflate: bool
+    port: int,
+    job: str,
+    path: Path,
+    clients: int,
+    lines: int,
+    rate: float,
+    deflate: bool,
+    writer: str = "_writer",
 ) -> tuple[list[tuple[int, float, float]], int, float]:
     """Run clients + writer; returns (samples, clients that got data, write start time)."""
     url = f"ws://127.0.0.1:{port}/api/monitoring/{job}/live"
@@ -187,9 +224,7 @@ def scenario(
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
     time.sleep(1.0)  # let the server finish its subscribes
     started = time.time()
-    subprocess.run(
-        [sys.executable, __file__, "_writer", str(path), str(lines), str(rate)], check=True
-    )
+    subprocess.run([sys.executable, __file__, writer, str(path), str(lines), str(rate)], check=True)
     samples: list[tuple[int, float, float]] = []
     complete = 0
     for proc in procs:
@@ -218,6 +253,7 @@ def main() -> None:
         help="a PostgreSQL server URL (a scratch database is made on it); default: SQLite",
     )
     parser.add_argument("--deflate", action="store_true", help="permessage-deflate on")
+    parser.add_argument("--format", choices=("platform", "tensorboard"), default="platform")
     args = parser.parse_args()
     latency_counts = [int(n) for n in args.clients.split(",") if n]
     throughput_counts = [int(n) for n in args.throughput_clients.split(",") if n]
@@ -227,6 +263,10 @@ def main() -> None:
         (work / "metrics").mkdir()
         for job in [f"lat{n}" for n in latency_counts] + [f"tput{n}" for n in throughput_counts]:
             (work / "metrics" / f"{job}_metrics.jsonl").write_bytes(b"")
+        if args.format == "tensorboard":
+            throughput_counts = []
+            for n in latency_counts:  # a run directory with its first event file: discovered
+                run_tensorboard_writer(str(work / "metrics" / f"tb{n}"), 0, 1.0)
         with scratch_database(args.database_url, work) as url:
             server, port = start_server(work, url, args.deflate)
             try:
@@ -272,7 +312,10 @@ def bench_latency(port: int, work: Path, counts: list[int], args: argparse.Names
     for n in counts:
         job = f"lat{n}"
         path = work / "metrics" / f"{job}_metrics.jsonl"
-        samples, _, _ = scenario(port, job, path, n, args.lines, args.rate, args.deflate)
+        writer = "_writer"
+        if args.format == "tensorboard":  # a run directory, discovered as job `tb{n}`
+            job, path, writer = f"tb{n}", work / "metrics" / f"tb{n}", "_tensorboard_writer"
+        samples, _, _ = scenario(port, job, path, n, args.lines, args.rate, args.deflate, writer)
         kept = [(step, ms) for step, ms, _ in samples if step >= WARMUP_LINES]
         latencies = [ms for _, ms in kept]
         middle = (WARMUP_LINES + args.lines) / 2
@@ -325,6 +368,8 @@ def report_ratios(figures: dict[int, tuple[float, float]]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_writer":
         run_writer(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "_tensorboard_writer":
+        run_tensorboard_writer(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "_clients":
         asyncio.run(
             run_clients(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from tests.test_cli import assert_one_line_error, run
@@ -158,6 +159,7 @@ def test_one_run_takes_a_job_id_and_a_project(database_url: str, tmp_path: Path)
     )
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the API tests: both
 def test_each_run_of_a_trackio_project_is_imported_once(database_url: str, tmp_path: Path) -> None:
     from tests.api.test_trackio_runs import logged
 
@@ -173,6 +175,7 @@ def test_each_run_of_a_trackio_project_is_imported_once(database_url: str, tmp_p
     assert again[0] == 0 and again[1].count("0 new records") == 2  # exactly once
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the API tests: both
 def test_each_run_of_an_mlflow_sqlite_store_is_imported_once(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -191,6 +194,7 @@ def test_each_run_of_an_mlflow_sqlite_store_is_imported_once(
     assert again[0] == 0 and again[1].count("0 new records") == 2  # exactly once
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the API tests: both
 def test_a_wandb_directory_of_offline_runs_is_imported_once(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,15 +31,18 @@ SECRET = "sk-abcdefghijklmnopqrstuvwx"
 
 
 def mlflow_child(
-    uri: str, steps: range, *, pause: float = 0.0, name: str = "grpo-a"
+    uri: str, steps: range, *, pause: float = 0.0, name: str = "grpo-a", gate: bool = False
 ) -> subprocess.Popen[str]:
-    """MLflow logging a run in a child process; it prints the run id first."""
+    """MLflow logging a run in a child process; it prints the run id first (and with
+    `gate`, waits for a line on its stdin before logging)."""
     script = textwrap.dedent(f"""
-        import math, time, mlflow
+        import math, sys, time, mlflow
         mlflow.set_tracking_uri({uri!r})
         mlflow.set_experiment("rl")
         with mlflow.start_run(run_name={name!r}) as run:
             print(run.info.run_id, flush=True)
+            if {gate!r}:
+                sys.stdin.readline()
             mlflow.log_params({{"lr": 1e-05, "api_key": {SECRET!r}, "model": "qwen"}})
             mlflow.set_tags({{"algo": "grpo"}})
             for step in {list(steps)!r}:
@@ -49,6 +53,7 @@ def mlflow_child(
     """)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "GIT_PYTHON_REFRESH": "quiet"}
     return subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
+                            stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
@@ -57,6 +62,14 @@ def logged(uri: str, steps: range, **options: Any) -> str:
     out, errors = child.communicate(timeout=180)
     assert child.returncode == 0, errors
     return out.split()[0]
+
+
+@pytest.fixture(scope="module")
+def sqlite_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """An MLflow SQLite store with a run of 6 steps, written once (MLflow takes seconds
+    to start): each test copies it."""
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    return path, logged(f"sqlite:///{path}", range(6))
 
 
 def register(client: TestClient, job_id: str, uri: str, run_id: str) -> dict[str, Any]:
@@ -81,9 +94,11 @@ def check_run(client: TestClient, job_id: str, steps: int) -> None:
     assert "algo:grpo" in job["tags"] and not any("mlflow." in tag for tag in job["tags"])
 
 
-def test_an_mlflow_run_in_a_sqlite_store(client: TestClient, tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    run_id = logged(uri, range(6))
+def test_an_mlflow_run_in_a_sqlite_store(
+    client: TestClient, tmp_path: Path, sqlite_store: tuple[Path, str]
+) -> None:
+    shutil.copy(sqlite_store[0], tmp_path / "mlflow.db")
+    uri, run_id = f"sqlite:///{tmp_path}/mlflow.db", sqlite_store[1]
     job = register(client, "ml-a", uri, run_id)
     assert (job["format"], job["source_run"], job["tracking_uri"]) == ("mlflow", run_id, uri)
     sync(client, "ml-a")  # (or the background poll got there first)
@@ -91,6 +106,7 @@ def test_an_mlflow_run_in_a_sqlite_store(client: TestClient, tmp_path: Path) -> 
     assert sync(client, "ml-a")["new_metrics"] == 0  # nothing read twice
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # MLflow's: on PostgreSQL
 def test_an_mlflow_run_in_a_postgresql_store(
     client: TestClient, scratch_postgres: Callable[[], str]
 ) -> None:
@@ -104,6 +120,7 @@ def test_an_mlflow_run_in_a_postgresql_store(
     assert len(stored(client, "ml-pg")) == 5
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_bad_mlflow_registrations_are_refused(client: TestClient, tmp_path: Path) -> None:
     base = {"job_id": "ml", "format": "mlflow"}
     for body, reason in [
@@ -140,14 +157,17 @@ def test_metrics_logged_while_the_server_runs_stream_live(
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     fast = live_settings(settings).model_copy(update={"ssh_poll_interval": 0.2})
     with live_server(fast) as server:
-        child = mlflow_child(uri, range(4), pause=0.5)
+        child = mlflow_child(uri, range(4), pause=0.5, gate=True)
         try:
-            assert child.stdout is not None
+            assert child.stdout is not None and child.stdin is not None
             run_id = child.stdout.readline().strip()
             body = {"job_id": "ml-live", "format": "mlflow", "tracking_uri": uri, "run_id": run_id}
             answer = httpx.post(server.http_url("/api/jobs"), json=body, timeout=30)
             assert answer.status_code == 201, answer.text
             with open_ws(server.ws_url("/api/monitoring/ml-live/live")) as ws:
+                receive_until(ws, lambda got: bool(got), timeout=20)  # subscribed
+                child.stdin.write("go\n")
+                child.stdin.flush()
                 messages = receive_until(ws, lambda got: 3 in metric_steps(got), timeout=60)
                 status = receive_until(
                     ws,

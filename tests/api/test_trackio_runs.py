@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -52,6 +53,16 @@ def logged(directory: Path, run: str, steps: range, **options: Any) -> None:
     assert child.returncode == 0, errors.decode()
 
 
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Trackio project with runs grpo-1 (6 steps) and grpo-2 (3), written once by
+    Trackio (it takes seconds to start): each test copies its database."""
+    directory = tmp_path_factory.mktemp("trackio")
+    logged(directory, "grpo-1", range(6))
+    logged(directory, "grpo-2", range(3))
+    return directory / "rl.db"
+
+
 def register(client: TestClient, directory: Path, job_id: str, run: str) -> dict[str, Any]:
     body = {"job_id": job_id, "metrics_dir": str(directory), "format": "trackio",
             "project": "rl", "run": run}  # fmt: skip
@@ -61,9 +72,11 @@ def register(client: TestClient, directory: Path, job_id: str, run: str) -> dict
     return job
 
 
-def test_a_trackio_run_is_read_in_place_exactly_once(client: TestClient, tmp_path: Path) -> None:
-    logged(tmp_path, "grpo-1", range(6))
-    logged(tmp_path, "grpo-2", range(3))  # another run of the same project
+def test_a_trackio_run_is_read_in_place_exactly_once(
+    client: TestClient, tmp_path: Path, project: Path
+) -> None:
+    for part in project.parent.glob("rl.db*"):  # its write-ahead log too, if any
+        shutil.copy(part, tmp_path / part.name)  # grpo-1, and grpo-2: another run of it
     job = register(client, tmp_path, "tk-grpo-1", "grpo-1")
     assert (job["format"], job["file"], job["source_run"]) == ("trackio", "rl.db", "grpo-1")
     assert sync(client, "tk-grpo-1")["new_metrics"] == 6
@@ -87,6 +100,7 @@ def test_a_trackio_run_is_read_in_place_exactly_once(client: TestClient, tmp_pat
     assert [record["step"] for record in stored(client, "tk-grpo-1")] == list(range(8))
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_bad_trackio_registrations_are_refused(client: TestClient, tmp_path: Path) -> None:
     base = {"job_id": "tk", "metrics_dir": str(tmp_path), "format": "trackio"}
     for body, reason in [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -31,13 +32,18 @@ pytest.importorskip("wandb")
 SECRET = "sk-abcdefghijklmnopqrstuvwx"
 
 
-def wandb_child(directory: Path, steps: range, *, pause: float = 0.0) -> subprocess.Popen[str]:
-    """The W&B SDK logging an offline run under `directory`/wandb; prints its run dir."""
+def wandb_child(
+    directory: Path, steps: range, *, pause: float = 0.0, gate: bool = False
+) -> subprocess.Popen[str]:
+    """The W&B SDK logging an offline run under `directory`/wandb; prints its run dir
+    (and with `gate`, waits for a line on its stdin before logging)."""
     script = textwrap.dedent(f"""
-        import time, wandb
+        import sys, time, wandb
         run = wandb.init(project="rl", name="grpo-a",
                          config={{"lr": 1e-05, "api_key": {SECRET!r}, "model": "qwen"}})
         print(run.dir.rsplit("/files", 1)[0], flush=True)
+        if {gate!r}:
+            sys.stdin.readline()
         for step in {list(steps)!r}:
             run.log({{"train/loss": 1.0 / (step + 1), "actor/pg_loss": 0.5,
                       "critic/score/mean": 0.1 * step, "eval": {{"acc": 0.5}}}}, step=step)
@@ -47,6 +53,7 @@ def wandb_child(directory: Path, steps: range, *, pause: float = 0.0) -> subproc
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(directory),
            "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}  # fmt: skip
     return subprocess.Popen([sys.executable, "-c", script], env=env, text=True, cwd=directory,
+                            stdin=subprocess.PIPE if gate else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
@@ -57,6 +64,19 @@ def logged(directory: Path, steps: range) -> Path:
     return Path(out.split()[0])
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 40-step offline run, written once by the W&B SDK (it takes seconds to start):
+    each test copies its run directory."""
+    return logged(tmp_path_factory.mktemp("wandb"), range(40))
+
+
+def copy_run(written: Path, where: Path) -> Path:
+    target = where / "wandb" / written.name
+    shutil.copytree(written, target)
+    return target
+
+
 def register(client: TestClient, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
     answer = client.post("/api/jobs", json={"job_id": job_id, "format": "wandb", **body})
     assert answer.status_code == 201, answer.text
@@ -64,7 +84,7 @@ def register(client: TestClient, job_id: str, body: dict[str, Any]) -> dict[str,
     return job
 
 
-def check_run(client: TestClient, job_id: str, steps: int) -> None:
+def check_run(client: TestClient, job_id: str, steps: int = 40) -> None:
     records = stored(client, job_id)
     assert [record["step"] for record in records] == list(range(steps))
     assert records[2]["loss"]["total_loss"] == pytest.approx(1 / 3)
@@ -77,16 +97,18 @@ def check_run(client: TestClient, job_id: str, steps: int) -> None:
     assert SECRET not in json.dumps(job["config"])
 
 
-def test_an_offline_run_is_read_exactly_once(client: TestClient, tmp_path: Path) -> None:
-    run_dir = logged(tmp_path, range(6))
+def test_an_offline_run_is_read_exactly_once(
+    client: TestClient, tmp_path: Path, written: Path
+) -> None:
+    run_dir = copy_run(written, tmp_path)
     register(client, "wb-a", {"metrics_dir": str(run_dir)})
     sync(client, "wb-a")
-    check_run(client, "wb-a", 6)
+    check_run(client, "wb-a")
     assert sync(client, "wb-a")["new_metrics"] == 0  # nothing read twice
 
 
-def test_a_half_written_record_is_held_back_and_a_bad_checksum_counted(tmp_path: Path) -> None:
-    (path,) = logged(tmp_path, range(40)).glob("run-*.wandb")
+def test_a_half_written_record_is_held_back_and_a_bad_checksum_counted(written: Path) -> None:
+    (path,) = written.glob("run-*.wandb")
     data = path.read_bytes()
 
     def read_at(offset: int, size: int, view: bytes = data) -> bytes:
@@ -115,34 +137,36 @@ def test_a_half_written_record_is_held_back_and_a_bad_checksum_counted(tmp_path:
 
 
 def test_a_wandb_directory_under_the_metrics_directory_is_discovered(
-    client: TestClient, metrics_dir: Path
+    client: TestClient, metrics_dir: Path, written: Path
 ) -> None:
-    (metrics_dir / "exp").mkdir()
-    run_dir = logged(metrics_dir / "exp", range(3))
+    run_dir = copy_run(written, metrics_dir / "exp")
     jobs = {job["job_id"]: job for job in client.get("/api/jobs").json()["jobs"]}
     (job_id,) = jobs
     assert job_id == f"exp.wandb.{run_dir.name}" and jobs[job_id]["format"] == "wandb"
     sync(client, job_id)
-    assert [record["step"] for record in stored(client, job_id)] == [0, 1, 2]
+    assert [record["step"] for record in stored(client, job_id)] == list(range(40))
 
 
-def test_an_offline_run_on_an_ssh_host(ssh_client: TestClient, sshd: SSHD) -> None:
-    run_dir = logged(sshd.remote_dir, range(4))
+def test_an_offline_run_on_an_ssh_host(ssh_client: TestClient, sshd: SSHD, written: Path) -> None:
+    run_dir = copy_run(written, sshd.remote_dir)
     register(ssh_client, "wb-remote", sshd.job_body("wb-remote", remote_dir=str(run_dir)))
     sync(ssh_client, "wb-remote")
-    check_run(ssh_client, "wb-remote", 4)
+    check_run(ssh_client, "wb-remote")
 
 
 def test_rows_logged_while_the_server_runs_stream_live(settings: Settings, tmp_path: Path) -> None:
     with live_server(live_settings(settings)) as server:
-        child = wandb_child(tmp_path, range(4), pause=0.5)
+        child = wandb_child(tmp_path, range(4), pause=0.5, gate=True)
         try:
-            assert child.stdout is not None
+            assert child.stdout is not None and child.stdin is not None
             run_dir = child.stdout.readline().strip()
             body = {"job_id": "wb-live", "format": "wandb", "metrics_dir": run_dir}
             answer = httpx.post(server.http_url("/api/jobs"), json=body, timeout=30)
             assert answer.status_code == 201, answer.text
             with open_ws(server.ws_url("/api/monitoring/wb-live/live")) as ws:
+                receive_until(ws, lambda got: bool(got), timeout=20)  # subscribed
+                child.stdin.write("go\n")
+                child.stdin.flush()
                 messages = receive_until(ws, lambda got: 3 in metric_steps(got), timeout=60)
         finally:
             child.communicate(timeout=120)

@@ -48,3 +48,26 @@ def test_a_verl_file_run_registered_from_the_dashboard_is_ingested(
 
     page.wait_for_selector('tr[data-job="grpo-a"] .stored-cell:has-text("2 records")')
     assert stored() == [1, 2]
+
+
+def test_an_mlflow_run_registered_from_the_dashboard_is_ingested(
+    live_server: LiveServer, page: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("mlflow")
+    from tests.api.test_mlflow_runs import logged
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = logged(uri, range(3))
+    page.goto(live_server.url + "/")
+    page.click("#jobs-register")
+    page.select_option("#register-format", "mlflow")
+    assert not page.locator("#register-dir").is_visible()  # no directory for MLflow
+    page.fill("#register-job-id", "ml-form")
+    page.fill("#register-tracking-uri", uri)
+    page.fill("#register-run-id", run_id)
+    page.click("#register-save")
+    page.locator("#register-dialog").wait_for(state="hidden")
+    page.wait_for_selector('tr[data-job="ml-form"] .source-cell:has-text("MLflow")')
+    page.wait_for_selector('tr[data-job="ml-form"] .stored-cell:has-text("3 records")')
+    job = httpx.get(live_server.url + "/api/jobs/ml-form", timeout=10).json()
+    assert (job["format"], job["source_run"], job["status"]) == ("mlflow", run_id, "completed")

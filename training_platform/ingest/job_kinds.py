@@ -2,7 +2,8 @@
 
 - Its metrics: the platform's `{job_id}_metrics.jsonl`, verl's file logger's
   `{job_id}.jsonl` (or the file named), a Trackio run in its project's
-  database, or a TensorBoard run's event files, one kind each, found by
+  database, an MLflow run in its tracking database, or a TensorBoard run's
+  event files or a W&B offline run's transaction log, one kind each, found by
   listing its directory (a local `scandir`, or one SFTP listing per sync of
   an SSH job);
 - its other line files (generated samples, ...), and its hosts' system files
@@ -35,17 +36,16 @@ TENSORBOARD = "tensorboard"
 TRACKIO = "trackio"
 MLFLOW = "mlflow"
 WANDB = "wandb"
-FORMATS = (*METRICS_KINDS, TENSORBOARD, TRACKIO, MLFLOW, WANDB)
+FORMATS = (*METRICS_KINDS, TENSORBOARD, TRACKIO, MLFLOW, WANDB)  # `jobs.format` (DESIGN.md §7)
 # Formats whose files are found by listing the run directory, and which names are theirs.
-LISTED: dict[str, Callable[[str], bool]] = {
-    TENSORBOARD: is_event_file,
-    WANDB: is_run_file,
-}  # what `jobs.format` may be (DESIGN.md §7)
+LISTED: dict[str, Callable[[str], bool]] = {TENSORBOARD: is_event_file, WANDB: is_run_file}
 MAX_SUBDIRECTORIES = 16  # of a run directory, listed for its hparams
 MAX_EVENT_FILES = 256  # per run: more is a log directory of many runs, not one run
 
 
 class JobKinds:
+    """Per job, the kinds its metrics and other files are read as (one per process)."""
+
     def __init__(self, line_kinds: Sequence[LineFileKind], host_files: HostFiles | None) -> None:
         self.line_kinds = tuple(line_kinds)
         self.host_files = host_files

@@ -23,5 +23,16 @@ test("a missing job id or directory says which", () => {
 });
 
 test("the formats offered are the API's", () => {
-  assert.deepEqual(FORMATS.map(([value]) => value), ["platform", "verl_file", "tensorboard", "wandb"]);
+  assert.deepEqual(FORMATS.map(([value]) => value), ["platform", "verl_file", "tensorboard", "wandb", "trackio", "mlflow"]);
+});
+
+test("Trackio takes a project and a run; MLflow a tracking database and a run id, no directory", () => {
+  assert.deepEqual(registerBody({ jobId: "t", format: "trackio", directory: "/tk", project: "rl", run: "r1" }),
+    { body: { job_id: "t", format: "trackio", metrics_dir: "/tk", project: "rl", run: "r1" } });
+  assert.match(registerBody({ jobId: "t", format: "trackio", directory: "/tk", project: "rl" }).error, /run's name/);
+  assert.deepEqual(registerBody({ jobId: "m", format: "mlflow", trackingUri: " sqlite:////d/m.db ", runId: "abc" }),
+    { body: { job_id: "m", format: "mlflow", tracking_uri: "sqlite:////d/m.db", run_id: "abc" } });
+  assert.match(registerBody({ jobId: "m", format: "mlflow", trackingUri: "sqlite:////d/m.db" }).error, /run id/);
+  assert.match(registerBody({ jobId: "m", format: "mlflow", directory: "/d", trackingUri: "x", runId: "y" }).error,
+    /does not take a directory/);
 });
