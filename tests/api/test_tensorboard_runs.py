@@ -185,3 +185,19 @@ def test_events_written_while_the_server_runs_stream_live(
         last = [m for m in messages if m["type"] == "metric" and m["data"]["step"] == 2][-1]
         assert last["data"]["reward"]["mean"] == pytest.approx(0.2)
         assert last["data"]["loss"]["actor_loss"] == pytest.approx(1 / 3)
+
+
+def test_an_event_file_rewritten_in_place_is_read_again_from_its_start(
+    client: TestClient, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "events.out.tfevents.1700000000.host.1.0"
+    path.write_bytes(b"".join(event(step, "actor/pg_loss", 1.0) for step in range(5)))
+    register(client, {"job_id": "rewritten", "metrics_dir": str(run)})
+    sync(client, "rewritten")
+    # The same name, other bytes, shorter: a writer that started the file over.
+    path.write_bytes(b"".join(event(step, "actor/pg_loss", 2.0) for step in range(3)))
+    assert sync(client, "rewritten")["resets"] == 1
+    records = stored(client, "rewritten")
+    assert [r["loss"]["actor_loss"] for r in records] == [2.0, 2.0, 2.0, 1.0, 1.0]
