@@ -172,3 +172,40 @@ def test_rows_logged_while_the_server_runs_stream_live(settings: Settings, tmp_p
             child.communicate(timeout=120)
         steps = metric_steps(messages)
         assert sorted(set(steps)) == [0, 1, 2, 3]
+
+
+def frame_log(payloads: list[bytes]) -> bytes:
+    """A W&B transaction log of `payloads`, framed as LevelDB's log format says
+    (what the SDK's writer does), for records no SDK call writes as large."""
+    import struct
+    import zlib
+
+    out = bytearray(struct.pack("<4sHB", b":W&B", 0xBEE1, 0))
+    for payload in payloads:
+        rest, first = payload, True
+        while True:
+            left = 32768 - len(out) % 32768
+            if left < 7:
+                out += b"\0" * left
+                continue
+            piece, rest = rest[: left - 7], rest[left - 7 :]
+            kind = (1 if first else 4) if not rest else (2 if first else 3)
+            crc = zlib.crc32(piece, zlib.crc32(bytes((kind,))))
+            out += struct.pack("<IHB", crc, len(piece), kind) + piece
+            first = False
+            if not rest:
+                break
+    return bytes(out)
+
+
+def test_a_record_longer_than_a_read_is_read_whole() -> None:
+    payloads = [b"a" * 10, bytes(range(256)) * 400, b"b" * 5]  # the middle one: ~100 KB
+    data = frame_log(payloads)
+    offset, records = 0, []
+    for _ in range(10):
+        batch = read_framed(lambda o, n: data[o : o + n], len(data), offset, 1)
+        records += batch.records
+        offset = batch.offset
+        if batch.at_eof:
+            break
+    assert records == payloads and offset == len(data)

@@ -49,6 +49,7 @@ CHUNK_HEADER: Final = 7  # crc (u32), length (u16), type (u8)
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 _TYPE_CRC: Final = {kind: zlib.crc32(bytes((kind,))) for kind in (FULL, FIRST, MIDDLE, LAST)}
 NOT_METRICS: Final = frozenset({"_step", "_runtime", "_timestamp"})
+MAX_RECORD_BYTES: Final = 256 << 20  # no W&B record is that large: past it, skipped
 RUN_FILE_PREFIX: Final = "run-"
 RUN_FILE_SUFFIX: Final = ".wandb"
 
@@ -107,7 +108,18 @@ def read_framed(read_at: ReadAt, size: int, offset: int, max_bytes: int) -> Fram
                 framed.at_eof = cursor >= size
                 return framed
     framed.at_eof = end >= size
+    if not framed.records and not framed.corrupt and not framed.at_eof:
+        # One record longer than the window: read a wider one, or the caller would
+        # ask for the same bytes again and again. Past MAX_RECORD_BYTES it is skipped.
+        if max_bytes < MAX_RECORD_BYTES:
+            return read_framed(read_at, size, offset, max_bytes * 4)
+        framed.corrupt.append(f"offset {framed.offset}: a record over {MAX_RECORD_BYTES} bytes")
+        framed.offset = _next_block(framed.offset)
     return framed
+
+
+def _next_block(offset: int) -> int:
+    return (offset // BLOCK + 1) * BLOCK
 
 
 def scan_run(read_at: ReadAt, size: int, position: ReadPosition, max_bytes: int) -> ReadBatch:
