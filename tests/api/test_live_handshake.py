@@ -148,4 +148,7 @@ def test_an_ssh_job_streams_live_from_a_real_sshd(settings: Settings, sshd: SSHD
             append_steps(remote, range(3, 8))
             rest = receive_until(ws, has_step(8), after=lambda: append_steps(remote, [8]))
 
-    assert metric_steps(first + rest) == list(range(1, 9))
+    # Every step after 0 once, in order. Step 0 comes too when the first sync was still
+    # committing as the client subscribed (the POST answered a background sync's
+    # progress under load): then it is news to the client, and sent once as well.
+    assert metric_steps(first + rest) in (list(range(1, 9)), list(range(9)))
