@@ -4,7 +4,11 @@ exactly once, whichever of the formats this version reads they are in."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -209,3 +213,42 @@ def test_a_wandb_directory_of_offline_runs_is_imported_once(
     assert stored(database_url) == {job_id: ("wandb", 3)}
     again = run("import", str(run_dir), "--database-url", database_url, "-q")  # the run itself
     assert again[0] == 0 and "0 new records" in again[1], again
+
+
+def test_an_import_killed_midway_then_run_again_stores_every_step_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    steps = 30_000
+    logs = tmp_path / "big"
+    write_tensorboard_run(logs, steps)  # two tags a step: a step may straddle two batches
+    command = [sys.executable, "-m", "training_platform", "import", str(logs),
+               "--database-url", database_url, "-q"]  # fmt: skip
+    env = {**os.environ, "PLATFORM_SYNC_BATCH_BYTES": "16384"}  # a few hundred commits
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    at_kill, deadline = 0, time.monotonic() + 120
+    try:
+        while child.poll() is None and time.monotonic() < deadline:
+            at_kill = stored(database_url).get("big", ("", 0))[1]
+            if at_kill > 0:
+                break
+            time.sleep(0.01)
+    finally:
+        child.kill()  # SIGKILL: whatever it was doing, no cleanup of any kind
+        child.wait(timeout=30)
+    assert 0 < at_kill < steps, f"not killed mid-import ({at_kill} of {steps} stored)"
+
+    code, _, stderr = run("import", str(logs), "--database-url", database_url, "-q")
+    assert code == 0, stderr
+    assert stored(database_url) == {"big": ("tensorboard", steps)}  # nothing lost or repeated
+    engine = make_engine(database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            incomplete = session.scalar(
+                select(func.count()).where(
+                    TrainingMetric.job_id == "big",
+                    (TrainingMetric.actor_loss.is_(None)) | (TrainingMetric.reward_mean.is_(None)),
+                )
+            )
+    finally:
+        engine.dispose()
+    assert incomplete == 0  # a step cut between two commits has both its tags

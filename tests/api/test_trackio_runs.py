@@ -29,16 +29,32 @@ SECRET = "hf_abcdefghijklmnopqrst"
 
 
 def log_with_trackio(
-    directory: Path, run: str, steps: range, *, project: str = "rl", pause: float = 0.0
+    directory: Path,
+    run: str,
+    steps: range,
+    *,
+    project: str = "rl",
+    pause: float = 0.0,
+    system: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Trackio logging `steps` of `run` in a child process (started, not waited for)."""
+    """Trackio logging `steps` of `run` in a child process (started, not waited for);
+    with `system`, after each step the host's readings as Trackio's own CPU
+    collector gives them and one GPU's under the keys of Trackio's GPU collector
+    (this machine has no GPU), utilization 80 + step."""
     script = textwrap.dedent(f"""
         import time, trackio
+        from trackio.cpu import collect_cpu_metrics
         trackio.init(project={project!r}, name={run!r},
                      config={{"lr": 1e-5, "hf_token": {SECRET!r}, "model": "qwen-0.5b"}})
         for step in {list(steps)!r}:
             trackio.log({{"train/loss": 1.0 / (step + 1), "train/reward": 0.1 * step,
                           "actor/pg_loss": 0.5, "note": "not a number"}}, step=step)
+            if {system!r}:
+                gpu = {{"gpu/0/utilization": 80 + step, "gpu/0/allocated_memory": 10.5,
+                        "gpu/0/total_memory": 80.0, "gpu/0/temp": 61, "gpu/0/power": 300.5,
+                        "gpu/0/power_limit": 700.0, "gpu/0/sm_clock": 1980,
+                        "gpu/0/throttle_thermal": 0, "gpu/mean_utilization": 80 + step}}
+                trackio.log_system({{**collect_cpu_metrics(), **gpu}})
             time.sleep({pause})
         trackio.finish()
     """)
@@ -58,9 +74,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Trackio project with runs grpo-1 (6 steps) and grpo-2 (3), written once by
     Trackio (it takes seconds to start): each test copies its database."""
     directory = tmp_path_factory.mktemp("trackio")
-    logged(directory, "grpo-1", range(6))
+    logged(directory, "grpo-1", range(6), system=True)
     logged(directory, "grpo-2", range(3))
     return directory / "rl.db"
+
+
+def copy_project(project: Path, where: Path) -> None:
+    for part in project.parent.glob("rl.db*"):  # its write-ahead log too, if any
+        shutil.copy(part, where / part.name)
 
 
 def register(client: TestClient, directory: Path, job_id: str, run: str) -> dict[str, Any]:
@@ -136,3 +157,50 @@ def test_rows_logged_while_the_server_runs_stream_live(settings: Settings, tmp_p
             finally:
                 child.communicate(timeout=120)
         assert sorted(set(metric_steps(messages))) == [0, 1, 2, 3]
+
+
+def test_a_trackio_runs_system_metrics_are_its_system_samples(
+    client: TestClient, tmp_path: Path, project: Path
+) -> None:
+    copy_project(project, tmp_path)
+    register(client, tmp_path, "tk-system", "grpo-1")
+    sync(client, "tk-system")
+    body = client.get("/api/monitoring/tk-system/system").json()
+    assert body["all_hosts"] == ["trackio"]
+    host = body["hosts"]["trackio"]
+    assert host["count"] == 6
+    series = host["series"]
+    assert series["gpus.0.utilization"] == {"values": [80.0, 81.0, 82.0, 83.0, 84.0, 85.0]}
+    assert series["gpus.0.memory_used_gib"]["values"][0] == 10.5  # Trackio's allocated_memory
+    assert series["gpus.0.temperature_c"]["values"][0] == 61.0
+    assert series["gpus.0.power_limit_w"]["values"][0] == 700.0
+    assert series["gpus.0.sm_clock"]["values"][0] == 1980.0  # a reading of its own name
+    assert "gpu.mean_utilization" not in json.dumps(sorted(series))  # an aggregate: left out
+    count = series["cpu.count"]["values"][0]
+    assert count >= 1 and 0 <= series["cpu.percent"]["values"][0] <= 100 * count
+    assert 0 < series["memory.used_gib"]["values"][0] < series["memory.total_gib"]["values"][0]
+    sync(client, "tk-system")  # read once: the samples are not stored again
+    again = client.get("/api/monitoring/tk-system/system").json()["hosts"]["trackio"]
+    assert again["count"] == 6
+
+
+def test_trackio_system_rows_map_onto_the_samplers_series() -> None:
+    from training_platform.ingest.formats.trackio_system import trackio_sample
+    from training_platform.ingest.system_lines import system_sample
+
+    logged = {"cpu/utilization": 50.0, "cpu/count_logical": 4, "cpu/0/utilization": 90.0,
+              "memory/total": 16.0, "memory/available": 6.0, "memory/used": 9.0,
+              "network/recv_mb_per_sec": 1.5, "network/recv_bytes": 10**9,
+              "gpu/1/utilization": 1e9, "gpu/1/temp": 70, "temp/coretemp": 55.0}  # fmt: skip
+    sample = system_sample(trackio_sample("2026-11-28T12:00:00+00:00", logged))
+    assert sample["host"] == "trackio" and sample["step"] is None
+    assert sample["timestamp"] == 1795867200.0
+    assert sample["values"] == {
+        "cpu.percent": 200.0,  # a mean over 4 cores, counted as top does
+        "cpu.count": 4.0,
+        "memory.total_gib": 16.0,
+        "memory.used_gib": 10.0,  # total minus available, as the sampler's
+        "network.recv_mib_s": 1.5,
+        "gpus.1.temperature_c": 70.0,
+    }
+    assert sample["dropped"] == ["gpus.1.utilization"]  # out of its range: named

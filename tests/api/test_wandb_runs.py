@@ -95,6 +95,7 @@ def check_run(client: TestClient, job_id: str, steps: int = 40) -> None:
     assert (job["name"], job["project"], job["format"]) == ("grpo-a", "rl", "wandb")
     assert job["config"]["lr"] == pytest.approx(1e-5) and job["config"]["model"] == "qwen"
     assert SECRET not in json.dumps(job["config"])
+    assert job["status"] == "completed"  # its exit record: `run.finish()` with exit code 0
 
 
 def test_an_offline_run_is_read_exactly_once(
@@ -209,3 +210,29 @@ def test_a_record_longer_than_a_read_is_read_whole() -> None:
         if batch.at_eof:
             break
     assert records == payloads and offset == len(data)
+
+
+def test_a_run_whose_exit_record_has_an_error_code_is_failed(
+    client: TestClient, tmp_path: Path
+) -> None:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    items = [
+        pb.HistoryItem(key="_step", value_json="0"),
+        pb.HistoryItem(key="train/loss", value_json="1.5"),
+    ]
+    records = [
+        pb.Record(history=pb.HistoryRecord(item=items)),
+        pb.Record(exit=pb.RunExitRecord(exit_code=1, runtime=3)),
+    ]
+    run_dir = tmp_path / "offline-run-20260101_000000-failed"
+    run_dir.mkdir()
+    log = frame_log([record.SerializeToString() for record in records])
+    exit_chunk = 7 + len(records[1].SerializeToString())
+    (run_dir / "run-failed.wandb").write_bytes(log[:-exit_chunk])  # the exit not yet there
+    register(client, "wb-failed", {"metrics_dir": str(run_dir)})
+    sync(client, "wb-failed")
+    assert client.get("/api/jobs/wb-failed").json()["status"] == "running"
+    (run_dir / "run-failed.wandb").write_bytes(log)
+    sync(client, "wb-failed")
+    assert client.get("/api/jobs/wb-failed").json()["status"] == "failed"

@@ -19,17 +19,25 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from training_platform.errors import MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
 from training_platform.ingest.formats.mlflow_store import mlflow_kind, run_status
 from training_platform.ingest.formats.tensorboard_files import event_file_kind, is_event_file
 from training_platform.ingest.formats.trackio_db import trackio_kind
+from training_platform.ingest.formats.trackio_system import trackio_system_kind
 from training_platform.ingest.formats.verl_file import METRICS_KINDS, VERL_FILE_SUFFIX
-from training_platform.ingest.formats.wandb_log import RUN_FILE_PREFIX, is_run_file, run_file_kind
+from training_platform.ingest.formats.wandb_log import (
+    RUN_FILE_PREFIX,
+    exit_status,
+    is_run_file,
+    run_file_kind,
+)
 from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.readers import MetricsReader
-from training_platform.ingest.run_file import RUN_SUFFIX
+from training_platform.ingest.run_file import RUN_SUFFIX, stored_ending
 from training_platform.store.models import Job
 
 TENSORBOARD = "tensorboard"
@@ -55,6 +63,8 @@ class JobKinds:
         self._formats: dict[str, str] = {}  # job id -> its format, as of its last sync
         self._files: dict[str, str] = {}  # job id -> its metrics file, when named
         self._event_files: dict[str, tuple[str, ...]] = {}  # job id -> as last listed
+        # job id -> the kinds of what its tool logs beside metrics (Trackio's system rows)
+        self._tool_kinds: dict[str, tuple[LineFileKind, ...]] = {}
         self._guard = threading.Lock()
 
     def metrics_kinds(self, job: Job, reader: MetricsReader) -> tuple[LineFileKind, ...]:
@@ -65,6 +75,9 @@ class JobKinds:
                 self._files[job.job_id] = job.file
         if job.format == TRACKIO:  # registration requires all three
             assert job.metrics_dir is not None and job.file is not None and job.run is not None
+            system = trackio_system_kind(job.metrics_dir, job.file, job.run)
+            with self._guard:
+                self._tool_kinds[job.job_id] = (system,)
             return (trackio_kind(job.metrics_dir, job.file, job.run),)
         if job.format == MLFLOW:
             assert job.tracking_uri is not None and job.run is not None
@@ -83,17 +96,24 @@ class JobKinds:
         return tuple(kind_of(name) for name in names)
 
     @staticmethod
-    def tool_status(job: Job) -> str | None:
-        """The run's status as the tool that logs it says (MLflow's), None where only
-        its files tell (the status file, or records coming and stopping)."""
+    def tool_status(job: Job, factory: sessionmaker[Session]) -> str | None:
+        """The run's status as the tool that logs it says (MLflow's run status, W&B's
+        exit record as stored), None where only its files tell (the status file, or
+        records coming and stopping)."""
         if job.format == MLFLOW and job.tracking_uri is not None and job.run is not None:
             return run_status(job.tracking_uri, job.run)
+        if job.format == WANDB:
+            return exit_status(stored_ending(factory, job.job_id))
         return None
 
     def line_kinds_of(self, job_id: str, reader: MetricsReader) -> tuple[LineFileKind, ...]:
+        """Its line files, its hosts' system files, and what its tool logs beside
+        metrics (after `metrics_kinds` in the same sync)."""
+        with self._guard:
+            tool_kinds = self._tool_kinds.get(job_id, ())
         if self.host_files is None:
-            return self.line_kinds
-        return (*self.line_kinds, *self.host_files.kinds(job_id, reader))
+            return (*self.line_kinds, *tool_kinds)
+        return (*self.line_kinds, *self.host_files.kinds(job_id, reader), *tool_kinds)
 
     def file_names(self, job_id: str, listing: Iterable[str] | None = None) -> tuple[str, ...]:
         """The names of every file of the job whose change is worth a sync (status file
@@ -127,6 +147,7 @@ class JobKinds:
             self._formats.pop(job_id, None)
             self._event_files.pop(job_id, None)
             self._files.pop(job_id, None)
+            self._tool_kinds.pop(job_id, None)
 
 
 def _listed_files(format: str, reader: MetricsReader) -> list[str]:

@@ -20,6 +20,7 @@ import math
 import time
 from typing import Any, Final
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.callbacks.wire.run_file import RUN_SUFFIX as RUN_SUFFIX  # re-exported
@@ -161,10 +162,12 @@ def store_run_about(
     project: str | None = None,
     name: str | None = None,
     tags: list[str] | None = None,
+    ended: dict[str, Any] | None = None,
 ) -> None:
     """What another tool's files say of the run (its config: TensorBoard's hparams,
-    MLflow's params, ...; its project, name and tags) where a run file would say
-    it, secrets masked. Only what is given is set; in the caller's transaction."""
+    MLflow's params, ...; its project, name and tags; `ended`: how it ended, W&B's
+    exit record) where a run file would say it, secrets masked. Only what is given
+    is set; in the caller's transaction."""
     given = {"config": config, "project": project, "name": name, "tags": tags}
     columns = run_columns({key: value for key, value in given.items() if value is not None})
     row = session.get(RunFile, job_id)
@@ -174,7 +177,17 @@ def store_run_about(
     for column, value in given.items():
         if value is not None:
             setattr(row, column, columns[column])
+    if ended is not None:  # beside a run file's `about` keys, never served as one of them
+        row.about = {**(row.about or {}), "ended": json_safe(ended)}
     row.read_at = time.time()
     session.flush()  # a second call in this transaction finds the row
     if tags is not None:
         replace_tags(session, job_id, RUN_TAGS, row.tags or [])
+
+
+def stored_ending(factory: sessionmaker[Session], job_id: str) -> dict[str, Any] | None:
+    """How the run ended as its tool's files said (`store_run_about`'s `ended`), if so."""
+    with factory() as session:
+        about = session.scalar(select(RunFile.about).where(RunFile.job_id == job_id))
+    ended = (about or {}).get("ended")
+    return ended if isinstance(ended, dict) else None

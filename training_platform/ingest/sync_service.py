@@ -267,7 +267,7 @@ class SyncService:
                 # steps). The sync that reaches the end reads it.
                 return JobSyncOutcome(result, status_changed=False)
             started = result.new_metrics > 0
-            tool = self.kinds.tool_status(job)  # MLflow's run status, ...
+            tool = self.kinds.tool_status(job, self._factory)  # MLflow's, W&B's exit
             job, status_changed = sync_status(self._factory, job, reader, self.stall, started, tool)
             sync_run_file(self._factory, job_id, reader, force=status_changed)  # before it's told
             if status_changed and job.status in TERMINAL_STATUSES:

@@ -62,7 +62,7 @@ SystemRollupRow = tuple[int, float, int | None, Any]
 _Row = tuple[int, float, int, np.ndarray]
 
 
-def _key(sample: dict[str, Any]) -> tuple[str, float]:
+def system_sample_key(sample: dict[str, Any]) -> tuple[str, float]:
     return sample["host"], sample["timestamp"]
 
 
@@ -75,7 +75,7 @@ def store_system(
 ) -> StoredRows:
     """Upsert the batch's samples and widen their rollups."""
     del received_at  # a sample has its own time
-    samples = list({_key(sample): sample for sample in samples}.values())
+    samples = list({system_sample_key(sample): sample for sample in samples}.values())
     for sample in samples:
         if sample["dropped"]:
             where = f"{sample['host']} at {sample['timestamp']}"
@@ -204,7 +204,7 @@ SYSTEM: Final = LineFileKind(
     suffix=SYSTEM_SUFFIX,
     decode=decode_system_line,
     store=store_system,
-    key=_key,
+    key=system_sample_key,
     required=False,  # a run may sample nothing (system_metrics_interval=0)
 )
 
@@ -217,7 +217,7 @@ def host_file_kind(host_word: str) -> LineFileKind:
         suffix=f"{HOST_FILE_PREFIX}{host_word}.jsonl",
         decode=decode_system_line,
         store=store_system,
-        key=_key,
+        key=system_sample_key,
         required=False,
     )
 

@@ -52,7 +52,12 @@ _ANY: Final = (0.0, 1e15)  # GiB, MiB/s, counts, load: non-negative and finite
 def decode_system_line(line: bytes) -> dict[str, Any]:
     """``{"timestamp", "host", "step", "values": {series: float}, "dropped": [...]}``;
     raises `RecordError` for a line that is not one host's sample."""
-    data = parse_json_line(line)
+    return system_sample(parse_json_line(line))
+
+
+def system_sample(data: Any) -> dict[str, Any]:
+    """One host's sample, parsed (a line's JSON, or another tool's samples put in
+    its shape: `ingest/formats/trackio_system.py`), as `decode_system_line` gives it."""
     if not isinstance(data, dict):
         raise RecordError("a system sample must be a JSON object")
     host = data.get("host")

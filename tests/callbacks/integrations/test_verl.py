@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import gc
 import json
-import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
@@ -129,41 +127,24 @@ def test_stop_on_anomaly_leaves_verl_log_as_stop_training(tmp_path: Path) -> Non
     assert read_status(tmp_path / "verl-run_status.json")["status"] == "stopped"
 
 
-class FakeTracking:
-    """verl's `Tracking` reduced to what the adapter relies on (verl is too heavy to install)."""
-
-    supported_backend: ClassVar[list[str]] = ["wandb", "console"]
-
-    def __init__(
-        self, project_name: str, experiment_name: str, default_backend: Any = "console",
-        config: Any = None,
-    ) -> None:  # fmt: skip
-        backends = [default_backend] if isinstance(default_backend, str) else default_backend
-        for backend in backends:
-            assert backend in self.supported_backend, f"{backend} is not supported"
-        self.logger: dict[str, Any] = {}
-
-    def log(self, data: dict[str, Any], step: int, backend: Any = None) -> None:
-        for name, logger in self.logger.items():
-            if backend is None or name in backend:
-                logger.log(data=data, step=step)
-
-
 @pytest.fixture
-def fake_verl(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeTracking]]:
-    tracking_cls = type("Tracking", (FakeTracking,), {"supported_backend": ["wandb", "console"]})
-    modules = {
-        name: types.ModuleType(name) for name in ("verl", "verl.utils", "verl.utils.tracking")
-    }
-    modules["verl.utils.tracking"].Tracking = tracking_cls  # type: ignore[attr-defined]
-    modules["verl.utils"].tracking = modules["verl.utils.tracking"]  # type: ignore[attr-defined]
-    for name, module in modules.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    yield tracking_cls
+def verl_tracking() -> Iterator[type[Any]]:
+    """verl's own `Tracking` class (verl 0.9, installed for the tests), given back as
+    it was: `register_verl_backend` teaches the class itself a backend."""
+    tracking_module = pytest.importorskip("verl.utils.tracking")
+    cls = tracking_module.Tracking
+    names = ("__init__", "__del__", "supported_backend", "_training_platform_options")
+    saved = {name: vars(cls)[name] for name in names if name in vars(cls)}
+    yield cls
+    for name in names:
+        if name in saved:
+            setattr(cls, name, saved[name])
+        elif name in vars(cls):
+            delattr(cls, name)
 
 
 def test_registering_the_backend_lets_verl_config_select_it(
-    tmp_path: Path, fake_verl: type[FakeTracking]
+    tmp_path: Path, verl_tracking: type[Any]
 ) -> None:
     register_verl_backend(output_dir=tmp_path)
     register_verl_backend(output_dir=tmp_path)  # idempotent
@@ -171,7 +152,7 @@ def test_registering_the_backend_lets_verl_config_select_it(
         {"trainer": {"total_training_steps": 2, "wandb_api_key": "k"},
          "actor": {"lr": 1e-6, "ppo_lr": "${actor.lr}"}}
     )  # fmt: skip
-    tracking = fake_verl("proj", "grpo qwen/7b", ["console", "platform"], config)
+    tracking = verl_tracking("proj", "grpo qwen/7b", ["console", "platform"], config)
     tracking.log(data=sample("verl_ppo_step_metrics.json"), step=1)
     run = json.loads((tmp_path / "grpo_qwen_7b_run.json").read_text())
     assert (run["project"], run["name"], run["framework"]["name"]) == (
@@ -186,14 +167,14 @@ def test_registering_the_backend_lets_verl_config_select_it(
     gc.collect()
     status = read_status(tmp_path / "grpo_qwen_7b_status.json")
     assert (status["status"], status["current_step"], status["total_steps"]) == ("completed", 2, 2)
-    untouched = fake_verl("proj", "other", "console")
+    untouched = verl_tracking("proj", "other", "console")
     assert "platform" not in untouched.logger
 
 
 def test_attaching_to_an_existing_tracking_object_takes_one_line(
-    tmp_path: Path, fake_verl: type[FakeTracking]
+    tmp_path: Path, verl_tracking: type[Any]
 ) -> None:
-    tracking = fake_verl("proj", "exp")
+    tracking = verl_tracking("proj", "exp")
     backend = attach_to_tracking(tracking, "exp7", tmp_path)
     tracking.log(data={"critic/score/mean": 0.3}, step=5)
     backend.finish()

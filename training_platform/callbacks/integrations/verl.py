@@ -108,7 +108,7 @@ def register_verl_backend(
     """
     from verl.utils import tracking as verl_tracking
 
-    cls = verl_tracking.Tracking
+    cls: Any = verl_tracking.Tracking  # patched in place: its own types do not allow it
     if getattr(cls, "_training_platform_options", None) is not None:
         cls._training_platform_options = (job_id, output_dir, options)
         return

@@ -18,7 +18,8 @@ only, never written, so Trackio goes on logging meanwhile:
   JSON cannot be read is skipped and counted;
 - two `log` calls for one step are merged (`merged_steps.py`);
 - the run's config (secrets masked when stored, Trackio's own `_` keys left
-  out) comes with each batch that has rows.
+  out) comes with each batch that has rows;
+- its system metrics are its system samples (`trackio_system.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from contextlib import closing
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -50,21 +52,23 @@ def read_run(position: ReadPosition, max_bytes: int, *, path: Path, run: str) ->
     if not path.is_file():
         raise MetricsSourceError(f"Trackio database {path} does not exist")
     try:
-        with _open(path) as connection:
+        with open_database(path) as connection:
             return _read(connection, path, run, position, max(1, max_bytes // ROW_BYTES))
     except sqlite3.Error as exc:
         raise MetricsSourceError(f"cannot read Trackio database {path}: {exc}") from None
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    # Read only (mode=ro): never creates, never writes; WAL lets Trackio write meanwhile.
-    return sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)
+def open_database(path: Path) -> closing[sqlite3.Connection]:
+    """The project database, read only (mode=ro: never creates, never writes; WAL lets
+    Trackio write meanwhile), closed when the `with` block ends (a sqlite3
+    connection's own `with` only ends a transaction)."""
+    return closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5))
 
 
 def _read(
     connection: sqlite3.Connection, path: Path, run: str, position: ReadPosition, limit: int
 ) -> ReadBatch:
-    run_id = _run_id(connection, run)
+    run_id = run_id_of(connection, run)
     if run_id is None:  # not logged yet
         return ReadBatch(records=[], position=position, file_size=0)
     after, reset = position.offset, False
@@ -98,7 +102,7 @@ def _read(
     )
 
 
-def _run_id(connection: sqlite3.Connection, run: str) -> str | None:
+def run_id_of(connection: sqlite3.Connection, run: str) -> str | None:
     found = connection.execute(
         "SELECT run_id FROM metrics WHERE run_name = ? ORDER BY id DESC LIMIT 1", (run,)
     ).fetchone()
@@ -116,10 +120,10 @@ def _record(step: Any, stamp: Any, payload: Any) -> dict[str, Any]:
         for key, value in logged.items()
         if isinstance(value, int | float) and not isinstance(value, bool)
     }
-    return build_record(step, numbers, timestamp=_seconds(stamp))
+    return build_record(step, numbers, timestamp=seconds(stamp))
 
 
-def _seconds(stamp: Any) -> float | None:
+def seconds(stamp: Any) -> float | None:
     try:
         seconds = datetime.fromisoformat(str(stamp)).timestamp()
     except ValueError:

@@ -15,10 +15,11 @@ W&B's own protobuf `Record`, decoded by the SDK's generated messages
 
 Records used: `history` rows (their `_step`, their numbers mapped with the
 trainers' key table, nested keys joined with `.`; `_runtime`, `_timestamp`
-and `_step` are not metrics), `run` (its name, project, tags and config)
-and `config` updates (the config). Everything else (system stats,
-summaries, files, telemetry, the exit record) is passed over: the run's end
-is not read yet, so a finished run is marked stalled by the usual rule.
+and `_step` are not metrics), `run` (its name, project, tags and config),
+`config` updates (the config) and `exit` (`run.finish()`: kept with the run
+as `ended`, whose exit code makes the job completed or failed, see
+`exit_status`). Everything else (system stats, summaries, files, telemetry)
+is passed over.
 """
 
 from __future__ import annotations
@@ -174,6 +175,11 @@ class _Decoded:
             self._config(run.config.update)
         elif kind == "config":
             self._config(record.config.update)
+        elif kind == "exit":  # `run.finish()`: the run's end, with its exit code
+            self.about["ended"] = {
+                "exit_code": int(record.exit.exit_code),
+                "runtime": int(record.exit.runtime),
+            }
 
     def _history(self, history: Any) -> None:
         values: dict[str, float] = {}
@@ -221,3 +227,11 @@ def _number(text: str) -> float | None:
 def run_file_kind(name: str) -> LineFileKind:
     """The kind of the run's transaction log `name` (in the run directory)."""
     return merged_metrics_kind(file=name, scan=scan_run)
+
+
+def exit_status(ended: dict[str, Any] | None) -> str | None:
+    """The job status a stored exit record says: exit code 0 completed, else failed;
+    None while the run has not ended (records coming and stopping tell then)."""
+    if not isinstance(ended, dict) or not isinstance(ended.get("exit_code"), int):
+        return None
+    return "completed" if ended["exit_code"] == 0 else "failed"
