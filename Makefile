@@ -1,5 +1,6 @@
 # Short names for the usual tasks; each sets up what it needs first.
 .PHONY: install demo run test test-fast lint format bench
+.PHONY: profile verify-determinism verify-profile verify-dashboard
 
 install:
 	scripts/setup.sh run
@@ -52,3 +53,22 @@ format:
 
 bench: install
 	for script in benchmarks/bench_*.py; do .venv/bin/python "$$script" || exit 1; done
+
+# The profiling documents' commands (docs/profiling.md, "The documents' commands"); each
+# is a `training-platform` subcommand too. A tiny CPU run: seconds, not minutes.
+# `make profile` writes $(PROFILE_DIR); verify-profile and verify-dashboard check what it
+# wrote (run it first) or what you name: make verify-dashboard METRICS_LOG=run7_metrics.jsonl
+PROFILE_DIR ?= profile_output
+METRICS_LOG ?= $(PROFILE_DIR)/demo_metrics.jsonl
+
+profile: install
+	.venv/bin/training-platform profile --output-dir $(PROFILE_DIR)
+
+verify-determinism: install
+	.venv/bin/training-platform verify-determinism
+
+verify-profile: install
+	.venv/bin/training-platform verify-profile $(PROFILE_DIR)
+
+verify-dashboard: install
+	.venv/bin/training-platform verify-dashboard $(METRICS_LOG)

@@ -199,6 +199,26 @@ def test_each_run_of_an_mlflow_sqlite_store_is_imported_once(
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the API tests: both
+def test_each_run_of_an_mlflow_file_store_is_imported_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    from tests.api.test_mlflow_file_store import child_in_file_store
+
+    store = tmp_path / "mlruns"
+    for steps, name in [(range(4), "grpo-a"), (range(2), "grpo-b")]:
+        child = child_in_file_store(store.as_uri(), steps, name=name)
+        errors = child.communicate(timeout=180)[1]
+        assert child.returncode == 0, errors
+    code, stdout, stderr = run("import", str(store), "--database-url", database_url, "-q")
+    assert code == 0, stderr
+    assert "rl.grpo-a (mlflow" in stdout
+    assert stored(database_url) == {"rl.grpo-a": ("mlflow", 4), "rl.grpo-b": ("mlflow", 2)}
+    assert projects(database_url) == {"rl.grpo-a": "rl", "rl.grpo-b": "rl"}
+    again = run("import", str(store), "--database-url", database_url, "-q")
+    assert again[0] == 0 and again[1].count("0 new records") == 2  # exactly once
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the API tests: both
 def test_a_wandb_directory_of_offline_runs_is_imported_once(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -159,6 +159,7 @@ def serve(
         PLATFORM_METRICS_DIR=metrics_dir,
         DATABASE_URL=database_url,
     )
+    _check_log_file(settings)
     _check_database(settings.database_url)
     watched = _ensure_metrics_dir(settings.metrics_dir)
 
@@ -172,6 +173,15 @@ def serve(
         with _known_errors(settings.database_url):  # a second server on one SQLite file
             held.enter_context(sole_server(settings.database_url))
         run_server(settings, log_level, announce=banner)
+
+
+def _check_log_file(settings: Settings) -> None:
+    """`PLATFORM_LOG_FILE` writable (its directory created), else one line and exit 1."""
+    if settings.log_file is not None:
+        from training_platform.logging_setup import prepare_log_file
+
+        with _known_errors():
+            prepare_log_file(settings.log_file)
 
 
 def _check_database(url: str) -> None:
@@ -295,6 +305,7 @@ def demo(
         PLATFORM_METRICS_DIR=metrics_dir,
         DATABASE_URL=database_url,
     )
+    _check_log_file(settings)
     # Absolute, so the demo trainers (child processes) write exactly where the server reads.
     watched = _ensure_metrics_dir(settings.metrics_dir)
     stamp = time.strftime("demo-grpo-%Y%m%d-%H%M%S")
@@ -350,6 +361,13 @@ def _register_tools() -> None:
     from training_platform.import_cli import import_runs
     from training_platform.profile_report.cli import profile_report
     from training_platform.tools.cli import gpu_check, profile_inference
+    from training_platform.tools.verify_cli import (
+        profile,
+        profile_run,
+        verify_dashboard,
+        verify_determinism,
+        verify_profile,
+    )
 
     app.command("demo-train")(demo_train)
     app.command("export")(export)
@@ -357,6 +375,12 @@ def _register_tools() -> None:
     app.command("gpu-check")(gpu_check)
     app.command("profile-inference")(profile_inference)
     app.command("profile-report")(profile_report)
+    # The profiling documents' commands (docs/profiling.md; the Makefile's targets).
+    app.command("profile")(profile)
+    app.command("profile-run")(profile_run)
+    app.command("verify-determinism")(verify_determinism)
+    app.command("verify-profile")(verify_profile)
+    app.command("verify-dashboard")(verify_dashboard)
 
 
 _register_tools()

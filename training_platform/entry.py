@@ -35,6 +35,11 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "gpu-check": ("tools",),  # without torch it reports the host and says so
     "profile-report": ("tools",),
     "profile-inference": ("tools", "torch"),
+    "profile": ("tools", "torch"),  # a profiled demo run
+    "profile-run": ("tools",),  # the user's command brings its own torch
+    "verify-determinism": ("tools", "torch"),
+    "verify-profile": ("tools",),
+    "verify-dashboard": ("server",),  # ingests and serves the log with the platform's app
 }
 
 # The modules that tell an extra is installed. Only what a command cannot run

@@ -40,6 +40,11 @@ class MetricsDirError(PlatformError, OSError):
     no permission, a file in its place, a read-only file system, ..."""
 
 
+class LogFileError(PlatformError, OSError):
+    """`PLATFORM_LOG_FILE` cannot be written: its directory cannot be created, no
+    permission, a directory in its place, ..."""
+
+
 class InvalidSourceError(PlatformError, ValueError):
     """A job source that cannot be used: directory missing, key outside the key dir, ..."""
 

@@ -43,7 +43,10 @@ def export(
     ] = False,
     fields: Annotated[
         str | None,
-        typer.Option(help="Comma-separated columns or groups (`reward.mean,loss`); default all."),
+        typer.Option(
+            help="Comma-separated columns or groups (`reward.mean,loss`; flat names such as "
+            "`kl_divergence_max` name their column so); default all."
+        ),
     ] = None,
     start_step: Annotated[int | None, typer.Option(min=0, help="First step (inclusive).")] = None,
     end_step: Annotated[int | None, typer.Option(min=0, help="Last step (inclusive).")] = None,

@@ -20,7 +20,7 @@ auto` tells the formats apart by name and first line:
   or a `wandb/` directory of them (`wandb`), named like TensorBoard runs;
 - a SQLite file holding MLflow's tables (`mlflow.db`): each of its runs
   (`mlflow`), its job id `{experiment}.{run name}`, its project the
-  experiment;
+  experiment; an MLflow file store's directory (`mlruns/`) the same way;
 - anything else is named and skipped.
 
 `--project` sets the project of every run imported.
@@ -94,6 +94,8 @@ def find_runs(path: Path, format: str) -> list[Run]:
 
     DIRECTORY_FORMATS = {"tensorboard": is_event_file, "wandb": is_run_file}
 
+    if path.is_dir() and format in ("auto", "mlflow") and (file_runs := mlflow_file_runs(path)):
+        return file_runs  # PATH is an MLflow file store (`mlruns/`)
     if path.is_dir() and format in ("auto", *DIRECTORY_FORMATS):
         names = [entry.name for entry in path.iterdir()]
         for kind, holds in DIRECTORY_FORMATS.items():
@@ -169,6 +171,24 @@ def mlflow_runs(database: Path) -> list[Run]:
     ]  # fmt: skip
 
 
+def mlflow_file_runs(root: Path) -> list[Run]:
+    """Each active run of an MLflow file store, `<root>/<experiment>/<run id>/meta.yaml`
+    (none when `root` is not one), named as a SQLite store's runs are."""
+    from training_platform.ingest.formats.mlflow_files import run_meta
+    from training_platform.ingest.formats.run_discovery import run_job_id
+
+    runs = []
+    for experiment in sorted(p for p in root.iterdir() if (p / "meta.yaml").is_file()):
+        title = run_meta(experiment).get("name") or experiment.name
+        for directory in sorted(p for p in experiment.iterdir() if (p / "meta.yaml").is_file()):
+            meta = run_meta(directory)
+            if meta.get("lifecycle_stage", "active") == "active":
+                name = meta.get("run_name") or directory.name
+                runs.append(Run(root, run_job_id(f"{title}/{name}"), "mlflow", title, name,
+                                directory.name))  # fmt: skip
+    return runs
+
+
 def import_runs(
     path: Annotated[
         Path,
@@ -238,7 +258,8 @@ def _import_one(services: Any, settings: Any, run: Run, project: str | None, pro
                 metrics_dir=None if mlflow else str(run.directory),
                 format=run.format, file=None if trackio or mlflow else run.file,
                 project=run.project if trackio else None, run=run.run,
-                tracking_uri=f"sqlite:///{run.path}" if mlflow else None,
+                tracking_uri=None if not mlflow else run.path.as_uri() if run.path.is_dir()
+                else f"sqlite:///{run.path}",  # a file store, or a SQLite store
             )  # fmt: skip
             if project is not None or run.project is not None or run.name is not None:
                 store_run_about(session, run.job_id, project=project or run.project, name=run.name)

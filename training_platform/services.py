@@ -86,6 +86,7 @@ def build_services(
         system_diagnostics=system_diagnostics,
         webhook=webhook,
         status_interval=settings.live_status_interval,
+        factory=factory,
     )
     shared = factory.kw["bind"].dialect.name == "postgresql"
     if shared:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from training_platform.logging_setup import configure_logging
+from training_platform.logging_setup import LogFile, configure_logging
 
 if TYPE_CHECKING:
     import socket
@@ -46,8 +46,14 @@ def run_server(
     from training_platform.api.main import create_app
     from training_platform.api.websocket import uvicorn_ws_options
 
-    # Text or JSON lines with the pid, uvicorn's own included (logging_setup.py).
-    configure_logging(log_level, settings.log_format)
+    # Text or JSON lines with the pid, uvicorn's own included (logging_setup.py),
+    # to stderr and to PLATFORM_LOG_FILE when it is set.
+    log_file = None
+    if settings.log_file is not None:
+        log_file = LogFile(
+            settings.log_file, settings.log_file_max_bytes, settings.log_file_backups
+        )
+    configure_logging(log_level, settings.log_format, log_file)
     # watchfiles logs every batch of changes at INFO: noise for a long-running server.
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
     config = uvicorn.Config(

@@ -60,6 +60,24 @@ class Settings(WebhookSettings, BaseSettings):
         validation_alias="PLATFORM_LOG_FORMAT",
         description="Server log lines: text, or json (one object a line); both carry the pid.",
     )
+    log_file: Path | None = Field(
+        default=None,
+        validation_alias="PLATFORM_LOG_FILE",
+        description="Also write the server's log lines (same format) to this file, rotated "
+        "by size; its directory is created. Unset: stderr only.",
+    )
+    log_file_max_bytes: int = Field(
+        default=10 << 20,
+        ge=1024,
+        validation_alias="PLATFORM_LOG_FILE_MAX_BYTES",
+        description="Size at which PLATFORM_LOG_FILE is rotated (renamed .1, .2, ...).",
+    )
+    log_file_backups: int = Field(
+        default=5,
+        ge=1,  # the stdlib handler never rotates with 0 backups: the file would grow
+        validation_alias="PLATFORM_LOG_FILE_BACKUPS",
+        description="Rotated log files kept besides the current one (the oldest is deleted).",
+    )
     ssh_key_dir: Path = Field(
         default_factory=lambda: Path.home() / ".ssh",
         validation_alias="PLATFORM_SSH_KEY_DIR",
@@ -301,8 +319,9 @@ class Settings(WebhookSettings, BaseSettings):
         ge=1,
         validation_alias="PLATFORM_DIAGNOSTICS_LOSS_PATIENCE",
         description="Steps a loss (total, policy or value) may stay frozen, or the blocks "
-        "over which a falling loss must keep falling, before a loss_plateau warning "
-        "(docs/trainer.md, Detectors).",
+        "over which a falling loss must keep falling, before a loss_plateau warning; "
+        "and the steps a total or value loss has to go below its start level before a "
+        "loss_not_decreasing warning (docs/trainer.md, Detectors).",
     )
     diagnostics_disabled: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -378,6 +397,11 @@ class Settings(WebhookSettings, BaseSettings):
     def _origins_without_path(cls, origins: list[str]) -> list[str]:
         # Browsers send "scheme://host[:port]", never a path or a trailing slash.
         return [origin.rstrip("/").lower() for origin in origins]
+
+    @field_validator("log_file", mode="before")
+    @classmethod
+    def _empty_log_file_is_none(cls, value: object) -> object:
+        return None if value == "" else value  # `PLATFORM_LOG_FILE=` turns it off
 
     @field_validator("database_url")
     @classmethod

@@ -121,10 +121,15 @@ def test_a_record_over_the_message_cap_is_sent_truncated(settings: Settings, run
     big, small = (m for m in messages if m["type"] == "metric")
     assert big == {
         "type": "metric",
-        "data": {"step": 0, "timestamp": 1_700_000_000.0},
+        "data": {
+            "step": 0,
+            "timestamp": 1_700_000_000.0,
+            "timestamp_iso": "2023-11-14T22:13:20.000Z",
+        },
         "truncated": True,
     }
     assert "truncated" not in small and small["data"]["reward"]["mean"] == 0.1
+    assert small["data"]["timestamp_iso"] == "2023-11-14T22:13:21.000Z"  # a second later
 
 
 def test_an_ssh_job_streams_live_from_a_real_sshd(settings: Settings, sshd: SSHD) -> None:

@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 
 from tests.api.live_support import live_server, live_settings, metric_steps, open_ws, receive_until
 from tests.ingest.test_verl_file import stored, sync
+from training_platform.api.main import create_app
 from training_platform.settings import Settings
 
 pytest.importorskip("mlflow")
@@ -106,6 +107,21 @@ def test_an_mlflow_run_in_a_sqlite_store(
     assert sync(client, "ml-a")["new_metrics"] == 0  # nothing read twice
 
 
+def test_batches_cut_within_a_step_store_each_step_once_and_whole(
+    settings: Settings, tmp_path: Path, sqlite_store: tuple[Path, str]
+) -> None:
+    shutil.copy(sqlite_store[0], tmp_path / "mlflow.db")
+    uri, run_id = f"sqlite:///{tmp_path}/mlflow.db", sqlite_store[1]
+    # 5 rows a batch, 4 rows (keys) a step: most steps begin in one batch, end in the next.
+    small = settings.model_copy(update={"sync_batch_bytes": 5 * 64})
+    with TestClient(create_app(small)) as client:
+        register(client, "ml-cut", uri, run_id)
+        while not sync(client, "ml-cut")["at_eof"]:
+            pass
+        check_run(client, "ml-cut", 6)
+        assert all(len(record["loss"]) == 2 for record in stored(client, "ml-cut"))
+
+
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # MLflow's: on PostgreSQL
 def test_an_mlflow_run_in_a_postgresql_store(
     client: TestClient, scratch_postgres: Callable[[], str]
@@ -115,9 +131,11 @@ def test_an_mlflow_run_in_a_postgresql_store(
     assert register(client, "ml-pg", uri, run_id)["tracking_uri"] == uri  # no password in it
     sync(client, "ml-pg")
     check_run(client, "ml-pg", 5)
-    # Read again with its look-back: the same rows change nothing and are not repeated.
+    # Read again with its look-back: the same rows change nothing and are not repeated,
+    # nor counted as ingested again.
     assert sync(client, "ml-pg")["new_metrics"] == 0
     assert len(stored(client, "ml-pg")) == 5
+    assert client.get("/api/jobs/ml-pg").json()["sync"]["records_ingested"] == 5
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -126,7 +144,7 @@ def test_bad_mlflow_registrations_are_refused(client: TestClient, tmp_path: Path
     for body, reason in [
         (base, "needs 'tracking_uri' and 'run_id'"),
         ({**base, "tracking_uri": "sqlite:///x.db"}, "needs 'tracking_uri' and 'run_id'"),
-        ({**base, "tracking_uri": "file:///mlruns", "run_id": "r"}, "file stores and tracking"),
+        ({**base, "tracking_uri": "file:///no/mlruns", "run_id": "r"}, "no such directory"),
         ({**base, "tracking_uri": "::nonsense", "run_id": "r"}, "not a database URL"),
         ({**base, "tracking_uri": "mysql://h/db", "run_id": "r"}, "sqlite:///<file> or"),
         ({**base, "tracking_uri": "sqlite:///x.db", "run_id": "r", "metrics_dir": str(tmp_path)},

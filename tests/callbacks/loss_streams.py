@@ -143,6 +143,54 @@ STREAMS = (
 )
 
 
+def verl_ppo_slow_value(step: int, rng: random.Random) -> Metrics:
+    """verl PPO with a value loss that falls slowly under its noise: by ~1.5
+    sigma over the 50 steps between the middles of its start block and of the
+    block `loss_not_decreasing` first judges."""
+    metrics = verl_ppo(step, rng)
+    metrics["critic/vf_loss"] = _decaying(step, 1.2, 0.3, 500) * (1 + _noise(rng, 0.05))
+    return metrics
+
+
+def verl_grpo_positive_policy(step: int, rng: random.Random) -> Metrics:
+    """verl GRPO whose policy loss sits clearly above zero and drifts up (token-mean
+    aggregation over groups of uneven lengths): a policy loss has no direction."""
+    metrics = verl_grpo(step, rng)
+    metrics["actor/pg_loss"] = 0.05 + 0.02 * min(1.0, step / 500) + _noise(rng, 0.005)
+    return metrics
+
+
+def trl_grpo_kl_loss(step: int, rng: random.Random) -> Metrics:
+    """TRL GRPO with a large beta: its `loss` is mostly beta x KL, clearly positive
+    and growing with the KL (the total of an RL run has no direction)."""
+    metrics = trl_grpo(step, rng)
+    metrics["loss"] = 0.2 * metrics["kl"] + 0.01 + _noise(rng, 0.001)
+    return metrics
+
+
+HEALTHY_RL = (
+    Stream(
+        "verl_ppo_slow_value",
+        verl_ppo_slow_value,
+        "actor/pg_loss",
+        "actor_loss",
+        "critic/vf_loss",
+        "critic_loss",
+    ),
+    Stream(
+        "verl_grpo_positive_policy",
+        verl_grpo_positive_policy,
+        "actor/pg_loss",
+        "actor_loss",
+        None,
+        None,
+    ),
+    Stream("trl_grpo_kl_loss", trl_grpo_kl_loss, "loss", "total_loss", None, None),
+)
+"""More healthy RL runs whose losses do not fall (or barely): no alarm either."""
+HEALTHY = STREAMS + HEALTHY_RL
+
+
 def metrics_stream(
     stream: Stream, steps: int, fault: Fault | None = None, seed: int = 0
 ) -> Iterator[tuple[int, Metrics]]:

@@ -239,11 +239,6 @@ def _wait_for_status(metrics_dir: Path, wanted: str, deadline: float) -> bool:
     return False
 
 
-# The demo gives its trainer 10 s to stop before SIGKILL: well under it means
-# the trainer heard the stop signal, not the kill.
-STOPS_WITHIN = 8.0
-
-
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_sigterm_to_the_demo_stops_its_trainer_too(tmp_path: Path, sigint: str) -> None:
     """uvicorn re-raises a captured SIGTERM once it has shut down: with the
@@ -269,15 +264,16 @@ def test_sigterm_to_the_demo_stops_its_trainer_too(tmp_path: Path, sigint: str) 
         trainers = _children(demo.pid)
         assert len(trainers) == 1
         demo.send_signal(signal.SIGTERM)
-        stopped_at = time.monotonic()
         demo.wait(timeout=30)
         (trainer_pid, _state), *_ = trainers
         while time.monotonic() < deadline and Path(f"/proc/{trainer_pid}").exists():
             time.sleep(0.2)
         assert not Path(f"/proc/{trainer_pid}").exists(), "the trainer outlived the demo"
-        assert time.monotonic() - stopped_at < STOPS_WITHIN, "the trainer was killed"
+        # Only the trainer writes "stopped", on its way out: a trainer the demo had to
+        # SIGKILL (10 s after SIGTERM) leaves "running". Not timed: a loaded machine
+        # may take most of those 10 s to stop a trainer that did hear the signal.
         (status_path,) = metrics_dir.glob("*_status.json")
-        assert read_status(status_path)["status"] == "stopped"
+        assert read_status(status_path)["status"] == "stopped", "the trainer was killed"
     finally:
         if demo.poll() is None:
             demo.kill()
@@ -301,7 +297,7 @@ def test_demo_train_stops_on_sigint_and_sigterm_alike_even_with_sigint_ignored(
     try:
         assert _wait_for_status(tmp_path, "running", time.monotonic() + 120)
         trainer.send_signal(stop)
-        trainer.wait(timeout=STOPS_WITHIN)
+        trainer.wait(timeout=30)
         assert read_status(tmp_path / "sig_status.json")["status"] == "stopped"
     finally:
         if trainer.poll() is None:

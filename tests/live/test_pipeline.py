@@ -109,12 +109,14 @@ def test_announced_records_match_the_stored_ones_in_api_form() -> None:
 def test_metric_messages_are_standard_json_and_capped() -> None:
     record = record_nonfinite_as_strings(decode_line(b'{"step": 1, "loss": {"actor_loss": NaN}}'))
     message = metric_message(7, record, max_bytes=1024)
-    assert json.loads(message.text) == {"type": "metric", "data": record}
+    # No timestamp (verl's file logger writes none): no ISO form either.
+    assert json.loads(message.text) == {"type": "metric", "data": {**record, "timestamp_iso": None}}
     assert (message.seq, message.kind, message.step) == (7, "metric", 1)
 
     big = {"step": 2, "timestamp": 3.0, "extra": {f"k{i}": float(i) for i in range(100)}}
     capped = json.loads(metric_message(8, big, max_bytes=1024).text)
-    assert capped == {"type": "metric", "data": {"step": 2, "timestamp": 3.0}, "truncated": True}
+    stub = {"step": 2, "timestamp": 3.0, "timestamp_iso": "1970-01-01T00:00:03.000Z"}
+    assert capped == {"type": "metric", "data": stub, "truncated": True}
 
 
 def test_a_terminal_status_is_followed_by_finished() -> None:

@@ -66,15 +66,31 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
     args += ["--accuracy", "training_platform.tools.tiny_model:next_token_accuracy"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    expected = ["results.csv", "results.json", "report.txt", "trace.json"]
-    expected += ["latency.png", "throughput.png", "memory.png"]
-    expected += ["batch_size_comparison.png", "metrics_heatmap.png", "stacks.txt"]
-    expected += ["operators.csv", "operators_cpu.txt", "operators_memory.txt"]
+    expected = ["detailed_metrics.csv", "baseline_metrics.json", "baseline_summary_report.txt"]
+    expected += ["plots/latency.png", "plots/throughput.png", "plots/memory.png"]
+    expected += ["plots/batch_size_comparison.png", "plots/metrics_heatmap.png"]
+    expected += ["profiler/trace.json", "profiler/stacks.txt", "profiler/operators.csv"]
+    expected += ["profiler/operators_cpu.txt", "profiler/operators_memory.txt"]
     for name in expected:
         assert (out / name).stat().st_size > 0, name
+    (log,) = (out / "logs").glob("profile_inference_*.log")
+    log_text = log.read_text()
+    assert "batch size 4: {" in log_text and "best batch size" in log_text
+    assert "batch size 4: {" not in result.output  # the step-by-step lines go to the log only
 
-    payload = json.loads((out / "results.json").read_text())
-    results = payload["results"]
+    payload = json.loads((out / "baseline_metrics.json").read_text())
+    assert payload["files"]["log"] == str(log)
+    assert (payload["model_type"], payload["device"], payload["dtype"]) == (
+        "TinyTransformer",
+        "cpu",
+        "float32",
+    )
+    # No dataset: the --accuracy hook's figure at the best batch size stands for the whole.
+    full = payload["full_dataset_metrics"]
+    assert full["samples"] is None and 0.0 <= full["accuracy"] <= 1.0
+    assert payload["sample_size_metrics"] == []
+    assert payload["gpu_utilization_source"] == "not measured: the run is on the CPU"
+    results = payload["batch_size_metrics"]
     assert [r["batch_size"] for r in results] == [1, 2, 4]
     for r in results:
         assert r["status"] == "ok"
@@ -93,9 +109,16 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
         assert r["batches_per_second"] == pytest.approx(1000 / r["latency_ms"]["p50"])
         assert r["warmup_runs"] >= 1 and r["robust_cv"] >= 0
         assert r["total_time_s"] == pytest.approx(3 * r["latency_ms"]["mean"] / 1000)
+        assert r["samples_per_second_per_gib"] == pytest.approx(
+            r["samples_per_second"] / (r["peak_memory_mib"] / 1024)
+        )
+        assert r["gpu_utilization_mean_pct"] is None and r["gpu_utilization_max_pct"] is None
     assert payload["model_info"]["parameters"] > 0 and payload["model_info"]["size_mb"] > 0
-    report = (out / "report.txt").read_text()
+    report = (out / "baseline_summary_report.txt").read_text()
     assert "parameters" in report and "outlier(s) of 3 runs" in report
+    assert "model type: TinyTransformer" in report
+    assert "GPU utilisation: not measured: the run is on the CPU" in report
+    assert "samples/s/GiB" in report
     # "+12.5% over the runner-up", "3.4x the throughput of the runner-up" (past double), or a tie.
     assert "the runner-up" in report or "within measurement noise" in report
     assert "USDT" not in result.output and "profiler_start" not in result.output
@@ -103,27 +126,29 @@ def test_the_tiny_model_end_to_end_writes_every_output(tmp_path: Path) -> None:
     fastest = max(results, key=lambda r: r["samples_per_second"])["batch_size"]
     # The fastest, or a smaller size tied with it within the measurement noise.
     assert best == fastest or "within measurement noise" in payload["best_reason"]
-    assert f"Best batch size: {best}" in (out / "report.txt").read_text()
+    assert f"Best batch size: {best}" in report
     assert f"Best batch size: {best}" in result.output
 
-    with (out / "results.csv").open(newline="") as handle:
+    with (out / "detailed_metrics.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [int(row["batch_size"]) for row in rows] == [1, 2, 4]
     assert {"latency_p95_ms", "per_sample_p50_ms", "peak_memory_mib"} <= set(rows[0])
+    assert {"samples_per_second_per_gib", "gpu_utilization_mean_pct"} <= set(rows[0])
 
-    trace = json.loads((out / "trace.json").read_text())
+    trace = json.loads((out / "profiler/trace.json").read_text())
     assert any(event.get("name") == "aten::linear" for event in trace["traceEvents"])
 
-    stacks = (out / "stacks.txt").read_text().splitlines()
+    stacks = (out / "profiler/stacks.txt").read_text().splitlines()
     assert stacks and all(line.rsplit(" ", 1)[1].isdigit() for line in stacks)
     assert any("tiny_model.py" in line and "forward" in line for line in stacks)
-    operators = (out / "operators.csv").read_text()
+    operators = (out / "profiler/operators.csv").read_text()
     assert "aten::linear" in operators and "self_cpu_memory_mb" in operators
-    assert "aten::" in (out / "operators_cpu.txt").read_text()
+    assert "aten::" in (out / "profiler/operators_cpu.txt").read_text()
 
     image = pytest.importorskip("matplotlib.image")
-    for name in ("latency.png", "throughput.png", "memory.png", "metrics_heatmap.png"):
-        pixels = image.imread(out / name)
+    names = ("latency.png", "throughput.png", "memory.png", "metrics_heatmap.png")
+    for name in (*names, "batch_size_comparison.png"):
+        pixels = image.imread(out / "plots" / name)
         assert pixels.shape[0] > 100 and pixels.shape[1] > 100
         assert pixels.std() > 0  # something was drawn
 
@@ -134,9 +159,9 @@ def test_a_model_with_tuple_inputs_from_an_inputs_function(tmp_path: Path) -> No
     args += ["--no-plots", "--no-trace", "--no-progress"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["results"][0]["tokens_per_second"] is None  # no token count known
-    assert not (tmp_path / "trace.json").exists()
+    payload = json.loads((tmp_path / "baseline_metrics.json").read_text())
+    assert payload["batch_size_metrics"][0]["tokens_per_second"] is None  # no token count known
+    assert not (tmp_path / "profiler").exists() and not (tmp_path / "plots").exists()
 
 
 def test_input_shape_feeds_random_floats_of_that_shape() -> None:
@@ -210,11 +235,13 @@ def test_a_gpu_sweep_reports_allocator_peak_memory(tmp_path: Path) -> None:
     args = ["--device", "cuda", "-b", "1,8", "--warmup", "1", "--runs", "2", "-o", str(tmp_path)]
     result = CliRunner().invoke(app, [*args, "--no-progress", "--dtype", "float16"])
     assert result.exit_code == 0, result.output
-    payload = json.loads((tmp_path / "results.json").read_text())
+    payload = json.loads((tmp_path / "baseline_metrics.json").read_text())
     assert payload["memory_source"] == "torch.cuda.max_memory_allocated"
-    small, large = payload["results"]
+    small, large = payload["batch_size_metrics"]
     assert large["peak_memory_mib"] >= small["peak_memory_mib"] > 0
-    trace = json.loads((tmp_path / "trace.json").read_text())
+    if payload["gpu_utilization_source"] == "NVML":  # NVML is there on a GPU machine
+        assert 0 <= large["gpu_utilization_mean_pct"] <= large["gpu_utilization_max_pct"] <= 100
+    trace = json.loads((tmp_path / "profiler/trace.json").read_text())
     assert any(event.get("cat") == "kernel" for event in trace["traceEvents"])
 
 
@@ -303,3 +330,12 @@ def test_the_profiler_prints_none_of_kinetos_usdt_lines(
     captured = capfd.readouterr()
     assert "USDT" not in captured.err and "profiler_start" not in captured.err
     assert "USDT" not in captured.out
+
+
+def test_sample_sizes_without_a_dataset_are_refused(tmp_path: Path) -> None:
+    args = ["--sample-sizes", "10", "-b", "1", "--runs", "1", "-o", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, "--no-progress", "--no-plots", "--no-trace"])
+    assert result.exit_code == 2
+    assert "sample sizes need a labelled dataset" in result.output
+    (log,) = (tmp_path / "logs").glob("*.log")
+    assert "failed: sample sizes need a labelled dataset" in log.read_text()

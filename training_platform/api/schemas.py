@@ -80,7 +80,8 @@ class JobCreate(RequestBody):
         'lines `{"step": N, "data": {...}}`) or `tensorboard` (the `events.out.tfevents.*` '
         "files of the run directory, `metrics_dir` or `ssh.remote_dir`) or `trackio` (a run "
         "of a Trackio project database: `metrics_dir`, `project`, `run`) or `mlflow` (a run "
-        "of an MLflow tracking database: `tracking_uri`, `run_id`) or `wandb` (a W&B offline "
+        "of an MLflow tracking database, file store or tracking server: `tracking_uri`, "
+        "`run_id`) or `wandb` (a W&B offline "
         "run directory, `offline-run-*`, holding `run-<id>.wandb`; `metrics_dir` or "
         "`ssh.remote_dir`); docs/contract.md, 'Runs logged by other tools'.",
     )
@@ -112,7 +113,9 @@ class JobCreate(RequestBody):
         min_length=1,
         max_length=2000,
         description="With `mlflow`: the MLflow tracking database (`sqlite:///<file>` or "
-        "`postgresql://...`); no `metrics_dir` or `ssh` then.",
+        "`postgresql://...`), file store (`file:///<dir>/mlruns` or its absolute path, on "
+        "this machine) or tracking server (`http(s)://[user:password@]host:port`, read "
+        "through its REST API); no `metrics_dir` or `ssh` then.",
         examples=["sqlite:////data/mlflow.db"],
     )
     run_id: str | None = Field(
@@ -181,7 +184,7 @@ class JobOut(BaseModel):
     job_id: str
     source: Literal["local", "ssh", "tracking"] = Field(
         description="Where its records are read: files here, files on an SSH host, or a "
-        "tracking database (`tracking_uri`)."
+        "tracking database, file store or server (`tracking_uri`)."
     )
     discovered: bool = Field(description="Found in PLATFORM_METRICS_DIR rather than registered.")
     metrics_dir: str | None
@@ -198,8 +201,18 @@ class JobOut(BaseModel):
     )
     current_step: int | None
     total_steps: int | None
-    anomaly_detected: bool = Field(description="What the trainer's status file says.")
-    anomaly_reason: str | None
+    anomaly_detected: bool = Field(
+        description="The run had an anomaly worth stopping for, whichever side found it: "
+        "the trainer's status file says so, or the platform found a critical incident "
+        "(a NaN loss, a KL explosion). Set once, never cleared."
+    )
+    anomaly_reason: str | None = Field(
+        description="The trainer's reason, else the first critical incident: "
+        "'<type> at step N: <message>'."
+    )
+    trainer_anomaly_detected: bool = Field(
+        description="What the trainer's status file itself says (`anomaly_detected`)."
+    )
     has_anomaly: bool = Field(description="Any anomaly stored for this job, from any source.")
     anomaly_count: int
     health: Literal["ok", "warning", "critical"] = Field(
@@ -239,7 +252,7 @@ class JobOut(BaseModel):
         default=None, description="The run within that source (Trackio's name, MLflow's id)."
     )
     tracking_uri: str | None = Field(
-        default=None, description="The MLflow tracking database read, its password hidden."
+        default=None, description="The MLflow tracking store or server read, its password hidden."
     )
     ingested_by: IngesterOut | None = Field(
         default=None,

@@ -34,6 +34,7 @@ from training_platform.callbacks.base import (
 )
 from training_platform.callbacks.detectors.config import AnomalyConfig
 from training_platform.callbacks.detectors.monitor import AnomalyMonitor
+from training_platform.callbacks.profiling.env_switch import with_env_profiler
 from training_platform.callbacks.system import callback_sampler
 from training_platform.callbacks.wire.locations import default_output_dir, ensure_metrics_dir
 from training_platform.callbacks.wire.run_file import (
@@ -70,7 +71,8 @@ class PlatformCallback(Callback):
         stop_on_anomaly: raise `StopTraining` from the step hook when an anomaly
             of at least `stop_severity` is found (adapters turn it into a clean stop).
         anomaly_config: every other detector threshold.
-        contributors: `StepContributor`s (the profiling kit) merged into each step's record.
+        contributors: `StepContributor`s (the profiling kit) merged into each step's record;
+            ``$PLATFORM_PROFILE=1`` adds a `StepProfiler` (profiling/env_switch.py).
         fsync: ``"end"`` (default: at checkpoints and when the run ends), ``"always"``,
             ``"never"``, or seconds between fsyncs. Every line reaches the OS either
             way; fsync only matters if the machine dies.
@@ -122,7 +124,7 @@ class PlatformCallback(Callback):
         self._samples = SampleLog(max_samples_per_step)
         self._sample_backlog = SampleBacklog()  # samples never make training wait
         self.stop_on_anomaly = stop_on_anomaly
-        self.contributors = list(contributors)
+        self.contributors = with_env_profiler(self.job_id, self.output_dir, contributors)
         self.enabled = os.environ.get("RANK", "0") == "0" if enabled is None else enabled
         self.background = (not stop_on_anomaly) if background is None else background
         self.queue_size = queue_size
@@ -135,16 +137,11 @@ class PlatformCallback(Callback):
         monitor = AnomalyMonitor.with_shorthands(anomaly_config, kl_threshold, loss_patience)
         self.monitor: AnomalyMonitor | None = monitor if enable_anomaly_detection else None
         self.writer = RecordWriter(
-            job_id=self.job_id,
-            metrics_path=self.metrics_path,
-            status_path=self.status_path,
-            monitor=self.monitor,
-            stop_severity=stop_severity if stop_on_anomaly else None,
-            fsync=fsync,
-            status_interval=status_interval,
-            clock=clock,
+            job_id=self.job_id, metrics_path=self.metrics_path, status_path=self.status_path,
+            monitor=self.monitor, stop_severity=stop_severity if stop_on_anomaly else None,
+            fsync=fsync, status_interval=status_interval, clock=clock,
             samples_path=self.samples_path,
-        )
+        )  # fmt: skip
         self._sink: InlineSink | ThreadSink | None = None
         self._system = callback_sampler(self, system_metrics_interval, self._steps.newest_step)
         if self.enabled:

@@ -154,7 +154,8 @@ class Run:
         max_points: int | None = None,
     ) -> Any:
         """Every stored step in [start_step, end_step], one row each, a column per series
-        (`loss.actor_loss`, `extra.actor/entropy`); `fields` picks series or groups.
+        (`loss.actor_loss`, `extra.actor/entropy`); `fields` picks series or groups (a
+        flat name, `kl_divergence_max`, gives a column of that name: docs/contract.md).
         With `max_points`, at most that many points per series (bucket means, with
         `name:min`, `name:max`): what the dashboard draws, for long runs."""
         names = _names(fields, "fields") or None

@@ -116,19 +116,22 @@ class LocalSource:
         end_step: int | None,
         max_points: int,
     ) -> dict[str, Any]:
+        from training_platform.history.field_names import resolve_fields
         from training_platform.history.series.answer import downsampled_history
 
+        names = resolve_fields(fields)  # flat names (`kl_max`), answered as asked
         with self._errors(f"the history of run {job_id!r}"):
             self._known(job_id)
             with self.sessions() as session:
-                return downsampled_history(
+                body = downsampled_history(
                     session,
                     job_id=job_id,
                     start_step=start_step,
                     end_step=end_step,
                     max_points=max_points,
-                    fields=None if fields is None else frozenset(fields),
+                    fields=names.read,
                 )
+        return names.rename_answer(body)
 
 
 def _job_dict(summary: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from training_platform.errors import InvalidParameterError
+from training_platform.history.iso_time import iso_utc
 from training_platform.history.metrics_query import list_metrics
 from training_platform.store.models import TrainingMetric
 
@@ -114,17 +115,20 @@ def index_of_step(session: Session, playback: PlaybackRange, step: int) -> int:
 
 
 def metric_text(record: dict[str, Any], *, index: int, total: int, max_bytes: int) -> str:
-    """The playback's metric message for the record at `index` (0-based) of `total`."""
+    """The playback's metric message for the record at `index` (0-based) of `total`,
+    with `timestamp_iso` as on the live stream (`live/channels.py`)."""
+    timestamp = record.get("timestamp")
+    iso = iso_utc(timestamp)
     message: dict[str, Any] = {
         "type": "metric",
-        "data": record,
+        "data": {**record, "timestamp_iso": iso},
         "progress": round((index + 1) / total, 6) if total else 1.0,
         "current_index": index,
         "total": total,
     }
     text = orjson.dumps(message).decode()
     if len(text) > max_bytes:  # see live.metric_message: fetch it over REST
-        message["data"] = {"step": record["step"], "timestamp": record.get("timestamp")}
+        message["data"] = {"step": record["step"], "timestamp": timestamp, "timestamp_iso": iso}
         message["truncated"] = True
         text = orjson.dumps(message).decode()
     return text

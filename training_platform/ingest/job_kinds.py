@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from training_platform.errors import MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
-from training_platform.ingest.formats.mlflow_store import mlflow_kind, run_status
+from training_platform.ingest.formats.mlflow_runs import mlflow_kinds, mlflow_status
 from training_platform.ingest.formats.tensorboard_files import event_file_kind, is_event_file
 from training_platform.ingest.formats.trackio_db import trackio_kind
 from training_platform.ingest.formats.trackio_system import trackio_system_kind
@@ -81,7 +81,7 @@ class JobKinds:
             return (trackio_kind(job.metrics_dir, job.file, job.run),)
         if job.format == MLFLOW:
             assert job.tracking_uri is not None and job.run is not None
-            return (mlflow_kind(job.tracking_uri, job.run),)
+            return mlflow_kinds(job.tracking_uri, job.run)  # a database, files or a server
         if job.format not in LISTED:
             kind = METRICS_KINDS.get(job.format, METRICS)
             return (kind if job.file is None else replace(kind, file=job.file),)
@@ -101,7 +101,7 @@ class JobKinds:
         exit record as stored), None where only its files tell (the status file, or
         records coming and stopping)."""
         if job.format == MLFLOW and job.tracking_uri is not None and job.run is not None:
-            return run_status(job.tracking_uri, job.run)
+            return mlflow_status(job.tracking_uri, job.run)
         if job.format == WANDB:
             return exit_status(stored_ending(factory, job.job_id))
         return None

@@ -315,7 +315,17 @@ def _commit(
             session.rollback()
             return None
         # A batch may hold no records (only skipped lines): its offset still commits.
+        read = len(records)
         stored = kind.store(session, job_id, records, now, notes) if records else StoredRows(0)
+        if len(records) < read:
+            # Another tool's kind took out steps read again unchanged (its source
+            # re-read: `merged_steps.py`): ingested before, not counted again.
+            session.execute(
+                update(SyncState)
+                .where(SyncState.job_id == job_id, SyncState.kind == kind.name)
+                .values(records_ingested=SyncState.records_ingested - (read - len(records)))
+                .execution_options(synchronize_session=False)
+            )
         if batch.about is not None:  # another tool's hparams, params, run name...
             store_run_about(session, job_id, **batch.about)
         seq = None

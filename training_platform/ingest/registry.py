@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from training_platform.callbacks.wire.schema import validate_job_id
 from training_platform.errors import InvalidSourceError, JobConflictError
+from training_platform.ingest.formats.mlflow_files import check_run_id, is_file_store, store_root
 from training_platform.ingest.formats.mlflow_store import check_tracking_uri
 from training_platform.ingest.formats.run_discovery import find_tool_runs
 from training_platform.ingest.formats.trackio_db import database_name
@@ -108,8 +109,9 @@ def register_job(
 ) -> tuple[Job, bool]:
     """Register a job; returns (job, created). Same source again is a no-op.
 
-    An MLflow run (format "mlflow") is `tracking_uri` and `run` (its run id),
-    with no directory (`_register_tracked`).
+    An MLflow run (format "mlflow") is `tracking_uri` (a tracking database, a file
+    store or a tracking server) and `run` (its run id), with no directory
+    (`_register_tracked`).
 
     `file`: verl's file logger's file when it is not `{job_id}.jsonl` (a name
     in the directory). `project` and `run`: a Trackio run (format "trackio",
@@ -132,7 +134,7 @@ def register_job(
             raise InvalidSourceError(
                 "an MLflow run is 'tracking_uri' and 'run' (its run id), with format mlflow"
             )
-        return _register_tracked(session, job_id, tracking_uri, run)
+        return _register_tracked(session, settings, job_id, tracking_uri, run)
     if (metrics_dir is None) == (ssh is None):
         raise InvalidSourceError("give exactly one of 'metrics_dir' and 'ssh'")
     if rollout_dir is not None and ssh is not None:
@@ -190,14 +192,22 @@ def register_job(
 
 
 def _register_tracked(
-    session: Session, job_id: str, tracking_uri: str | None, run: str | None
+    session: Session, settings: Settings, job_id: str, tracking_uri: str | None, run: str | None
 ) -> tuple[Job, bool]:
-    """An MLflow run: read from its tracking database, no directory (source "tracking")."""
+    """An MLflow run: read from its tracking database, file store or tracking server,
+    polled, no directory of its own (source "tracking"). A file store must be a
+    directory the settings let jobs live in; it is kept as its resolved file: URI."""
     if not tracking_uri or not run:
         raise InvalidSourceError("format mlflow needs 'tracking_uri' and 'run_id'")
+    uri = check_tracking_uri(tracking_uri)
+    if is_file_store(uri):
+        root = allowed_directory(store_root(uri), "tracking_uri", settings)
+        if not root.is_dir():
+            raise InvalidSourceError(f"tracking_uri {tracking_uri!r}: no such directory")
+        uri, run = root.as_uri(), check_run_id(run)
     candidate = Job(
         job_id=job_id, discovered=False, status="pending", anomaly_detected=False,
-        format=MLFLOW, source="tracking", tracking_uri=check_tracking_uri(tracking_uri), run=run,
+        format=MLFLOW, source="tracking", tracking_uri=uri, run=run,
     )  # fmt: skip
     return _add_registered(session, candidate)
 

@@ -22,6 +22,8 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
+from training_platform.history.iso_time import iso_utc
+from training_platform.store.job_flags import anomaly_of
 from training_platform.store.models import STATUS_FIELDS, TERMINAL_STATUSES, Job
 
 _STATUS_KEYS: Final = ("job_id", *STATUS_FIELDS)
@@ -57,12 +59,16 @@ def _dumps(value: Any) -> str:
 def metric_message(seq: int, record: dict[str, Any], *, max_bytes: int) -> Message:
     """`{"type": "metric", "data": record}`; `record` must already be API-safe.
 
-    A record whose message would exceed `max_bytes` goes out as its step and
-    timestamp with ``"truncated": true``: the client fetches it over REST.
+    `data` also has `timestamp_iso`, the record's `timestamp` (Unix seconds,
+    kept) as ISO 8601 UTC text (`history/iso_time.py`). A record whose message
+    would exceed `max_bytes` goes out as its step and timestamps with
+    ``"truncated": true``: the client fetches it over REST.
     """
-    text = _dumps({"type": "metric", "data": record})
+    timestamp = record.get("timestamp")
+    iso = iso_utc(timestamp)
+    text = _dumps({"type": "metric", "data": {**record, "timestamp_iso": iso}})
     if len(text) > max_bytes:
-        stub = {"step": record["step"], "timestamp": record.get("timestamp")}
+        stub = {"step": record["step"], "timestamp": timestamp, "timestamp_iso": iso}
         text = _dumps({"type": "metric", "data": stub, "truncated": True})
     return Message(seq, "metric", record["step"], text)
 
@@ -86,8 +92,13 @@ def system_message(seq: int, sample: dict[str, Any]) -> Message:
 
 
 def status_data(job: Job) -> dict[str, Any]:
-    """The job's status in the status file's shape (platform may say "stalled")."""
-    return {key: getattr(job, key) for key in _STATUS_KEYS}
+    """The job's status in the status file's shape (platform may say "stalled"), its
+    `anomaly_detected` and `anomaly_reason` either side's (store/job_flags.py), and
+    what the trainer's status file itself says in `trainer_anomaly_detected`."""
+    data = {key: getattr(job, key) for key in _STATUS_KEYS}
+    data["trainer_anomaly_detected"] = bool(job.anomaly_detected)
+    data["anomaly_detected"], data["anomaly_reason"] = anomaly_of(job)
+    return data
 
 
 def status_messages(seq: int, status: dict[str, Any]) -> list[Message]:

@@ -6,12 +6,13 @@ it finds with ``source = "platform"`` (callback-reported anomalies keep
 ``source = "callback"``), one row per (job, step, type, source), each
 with the last step its condition held (`incident_extents.py`).
 
-Detectors are stateful (recent medians, best loss, cooldowns) and must see a
+Detectors are stateful (recent medians, loss levels, cooldowns) and must see a
 job's records in step order. A job's `AnomalyMonitor` lives in memory; the
 first time this process diagnoses a job it is warmed up by replaying the job's
 stored history (its first `AnomalyConfig.early_records`, which set early
-baselines such as entropy and each loss's early level, then its most recent
-`warmup_records`) with the alerts thrown away, because
+baselines such as entropy, each loss's early level and the start level that
+`loss_not_decreasing` judges it by, then its most recent `warmup_records`)
+with the alerts thrown away, because
 those records were diagnosed before the restart. So a restart neither
 re-alerts an ongoing incident (the cooldown state is rebuilt) nor starts
 from zero (medians and baselines are rebuilt). A resumed run that rewrites

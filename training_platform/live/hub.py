@@ -158,6 +158,7 @@ class LiveHub:
             self.pipeline.sample_diagnostics.forget(job_id)
         if self.pipeline.system_diagnostics is not None:
             self.pipeline.system_diagnostics.forget(job_id)
+        self.pipeline.forget(job_id)
         self.pipeline.channel(job_id).drop_all("job deleted")
         self.poll_rule.forget(job_id)
         self.jobs_changed()

@@ -31,6 +31,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from training_platform.history.incidents import merge_incidents
 from training_platform.ingest.metrics_file import METRICS
 from training_platform.ingest.persister import CommittedBatch
@@ -52,6 +54,7 @@ from training_platform.live.sample_diagnostics import SampleDiagnostics
 from training_platform.live.status_coalescer import StatusCoalescer
 from training_platform.live.system_diagnostics import SystemDiagnostics
 from training_platform.live.webhooks import WebhookNotifier
+from training_platform.store.job_flags import JobFlags, incident_reason
 from training_platform.store.live_outbox import OutboxEntry
 from training_platform.store.metric_rows import record_nonfinite_as_strings
 from training_platform.store.models import Job
@@ -86,6 +89,7 @@ class LivePipeline:
         webhook: WebhookNotifier | None = None,
         status_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        factory: sessionmaker[Session] | None = None,
     ) -> None:
         self.queue_size = queue_size
         self.max_message_bytes = max_message_bytes
@@ -93,6 +97,11 @@ class LivePipeline:
         self.sample_diagnostics = sample_diagnostics
         self.system_diagnostics = system_diagnostics
         self.webhook = webhook
+        # Where a job's first critical incident is kept, and that the webhook was told
+        # (store/job_flags.py); None (some tests): neither.
+        self.flags = None if factory is None else JobFlags(factory)
+        self._flagged: set[str] = set()  # jobs known to have an incident: no UPDATE again
+        self._alerted: set[str] = set()  # jobs whose flag the webhook knows of
         self._channels: dict[str, JobChannel] = {}
         self._announced: dict[str, tuple[Any, ...]] = {}
         self._guard = threading.Lock()
@@ -127,6 +136,13 @@ class LivePipeline:
         with self._guard:
             channels = list(self._channels.values())
         return [channel.job_id for channel in channels if channel.subscriber_count]
+
+    def forget(self, job_id: str) -> None:
+        """A deleted job: one registered again under its id starts unflagged."""
+        with self._guard:
+            self._flagged.discard(job_id)
+            self._alerted.discard(job_id)
+            self._announced.pop(job_id, None)
 
     # -- SyncListener hooks (worker threads, under the job's sync lock) --------
 
@@ -163,6 +179,19 @@ class LivePipeline:
         if self.webhook is not None:
             for incident in incidents:
                 self.webhook.notify({"event": "anomaly", "job_id": job_id, **incident})
+        critical = [incident for incident in incidents if incident["severity"] == "critical"]
+        if critical:
+            self._flag(job_id, min(critical, key=lambda incident: incident["step"]))
+
+    def _flag(self, job_id: str, incident: dict[str, Any]) -> None:
+        """Mark the job with its first critical incident, and say so (once)."""
+        with self._guard:
+            if self.flags is None or job_id in self._flagged:
+                return
+            self._flagged.add(job_id)
+        job = self.flags.critical(job_id, incident_reason(incident))
+        if job is not None:  # this call set it: the job's anomaly flag may have turned
+            self.status_changed(job)
 
     def _samples_committed(self, job_id: str, batch: CommittedBatch) -> None:
         """One `samples` message per step whose samples landed, in step order, then
@@ -173,12 +202,23 @@ class LivePipeline:
             self._announce(job_id, seq, self.sample_diagnostics.diagnose(job_id, batch.records))
 
     def status_changed(self, job: Job) -> None:
+        """Announce the job's status; the webhook hears `job_anomaly` once per job,
+        when its `anomaly_detected` is first announced true."""
         status = status_data(job)
         key = tuple(status[name] for name in _ANNOUNCED_KEYS)
         with self._guard:
             urgent = self._announced.get(job.job_id) != key
             self._announced[job.job_id] = key
+            alert = status["anomaly_detected"] and job.job_id not in self._alerted
+            if alert:
+                self._alerted.add(job.job_id)
         self._emit(job.job_id, STATUS, {"status": status, "urgent": urgent})
+        told = alert and self.flags is not None and self.flags.first_alert(job.job_id)
+        if told and self.webhook is not None:
+            fields = ("status", "current_step", "anomaly_reason", "trainer_anomaly_detected")
+            self.webhook.notify({"event": "job_anomaly", "job_id": job.job_id,
+                                 "anomaly_detected": True,
+                                 **{name: status[name] for name in fields}})  # fmt: skip
 
     # -- announcing: here, or through the outbox to every process --------------
 

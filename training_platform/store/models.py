@@ -65,6 +65,12 @@ class Job(Base):
     total_steps: Mapped[int | None] = mapped_column(BigInteger)
     anomaly_detected: Mapped[bool] = mapped_column(Boolean, default=False)
     anomaly_reason: Mapped[str | None] = mapped_column(Text)
+    # The first critical incident of the run, whichever side found it ("<type> at
+    # step N: <message>"; store/job_flags.py): with the trainer's flag above, what
+    # the job's `anomaly_detected` says. NULL while there is none.
+    critical_incident: Mapped[str | None] = mapped_column(Text)
+    # When the webhook was told the job's anomaly flag turned (once per job).
+    anomaly_alerted_at: Mapped[float | None] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[float | None] = mapped_column(Float)
     # Platform bookkeeping (Unix seconds).

@@ -144,7 +144,7 @@ def profile_inference(
     ] = None,
     output_dir: Annotated[
         Path | None,
-        typer.Option("--output-dir", "-o", help="Where results go (default inference_profile)."),
+        typer.Option("--output-dir", "-o", help="Where results go (default results)."),
     ] = None,
     config: Annotated[
         Path | None,
@@ -152,10 +152,22 @@ def profile_inference(
     ] = None,
     hf_model: Annotated[
         str | None,
-        typer.Option(help="Hugging Face sequence classifier: a local directory or cached name."),
+        typer.Option(
+            help="Hugging Face sequence classifier: a local directory, or a hub name "
+            "(from the local cache, else downloaded)."
+        ),
     ] = None,
     dataset: Annotated[
         Path | None, typer.Option(help="Labelled CSV to run (needs --hf-model).")
+    ] = None,
+    dataset_name: Annotated[
+        str | None,
+        typer.Option(help="Hugging Face dataset (hub name or directory) instead of a CSV."),
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="Split of --dataset-name (test).")] = None,
+    sample_sizes: Annotated[
+        str | None,
+        typer.Option(help="Also run the first N samples once, per N: '100,500,1000'."),
     ] = None,
     text_column: Annotated[str | None, typer.Option(help="CSV text column (text).")] = None,
     label_column: Annotated[str | None, typer.Option(help="CSV label column (label).")] = None,
@@ -181,8 +193,9 @@ def profile_inference(
 ) -> None:
     """Sweep batch sizes of a torch model: latency, throughput, memory, best batch size.
 
-    Writes results.csv, results.json, report.txt, plots and torch.profiler
-    outputs to --output-dir, then prints the report (docs/profiling.md).
+    Writes baseline_metrics.json, detailed_metrics.csv,
+    baseline_summary_report.txt, plots/, profiler/ and logs/ to --output-dir,
+    then prints the report (docs/profiling.md).
     """
     from training_platform.tools.inference_config import int_list, load_config
 
@@ -190,12 +203,19 @@ def profile_inference(
         file = load_config(config) if config is not None else {}
         if label_map is not None:
             file["label_map"] = json.loads(label_map.read_text(encoding="utf-8"))
+        elif isinstance(file.get("label_map"), str):  # a config may name the JSON file
+            file["label_map"] = json.loads(Path(file["label_map"]).read_text(encoding="utf-8"))
 
         def pick(flag: object, key: str, default: object) -> Any:
             return flag if flag is not None else file.get(key, default)
 
+        if dataset is not None or dataset_name is not None:
+            # One dataset on the command line replaces the file's, of either kind.
+            file.pop("dataset", None)
+            file.pop("dataset_name", None)
         shape = pick(input_shape, "input_shape", None)
         dataset_path = pick(dataset, "dataset", None)
+        samples = pick(sample_sizes, "sample_sizes", None)
         options = {
             "batch_sizes": int_list(
                 pick(batch_sizes, "batch_sizes", "1,2,4,8,16,32"), "batch sizes"
@@ -211,6 +231,9 @@ def profile_inference(
             "max_latency_ms": pick(max_latency_ms, "max_latency_ms", None),
             "hf_model": pick(hf_model, "hf_model", None),
             "dataset": Path(dataset_path) if dataset_path else None,
+            "dataset_name": pick(dataset_name, "dataset_name", None),
+            "split": str(pick(split, "split", "test")),
+            "sample_sizes": int_list(samples, "sample sizes") if samples else [],
             "text_column": str(pick(text_column, "text_column", "text")),
             "label_column": str(pick(label_column, "label_column", "label")),
             "label_map": file.get("label_map"),
@@ -223,7 +246,7 @@ def profile_inference(
     except (ValueError, OSError) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
-    out = Path(pick(output_dir, "output_dir", "inference_profile"))
+    out = Path(pick(output_dir, "output_dir", "results"))
     from training_platform.tools.profile_inference import run_profile
 
     try:

@@ -1,11 +1,13 @@
-"""A Hugging Face sequence classifier (and optionally a labelled CSV) as an `InferenceTarget`.
+"""A Hugging Face sequence classifier (and optionally labelled data) as an `InferenceTarget`.
 
-The model and its tokenizer come from a local directory or the local
-Hugging Face cache only (``local_files_only``): nothing is downloaded while
-profiling. The CSV's labels are mapped to the model's label ids, first found:
+The model and its tokenizer come from a local directory, the local Hugging
+Face cache, or the Hub by name (downloaded when online; `hf_loading`). The
+labelled data is a CSV or a Hugging Face dataset (``dataset_name`` and
+``split``). The labels are mapped to the model's label ids, first found:
 an explicit mapping (``--label-map``), the model's own ``label2id`` when it
-names its labels (not the default ``LABEL_0``...), integer labels used as ids,
-or the sorted distinct labels. The mapping used is saved as
+names its labels (not the default ``LABEL_0``...) unless the data's labels
+are integers it does not name (a hub dataset's class ids), integer labels
+used as ids, or the sorted distinct labels. The mapping used is saved as
 ``label_mapping.json``; a label outside it is an error.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from training_platform.tools.hf_loading import load_hub_dataset, load_model_and_tokenizer
 from training_platform.tools.inference_target import DTYPES, DatasetBatch, InferenceTarget
 
 _DEFAULT_LABEL = re.compile(r"^LABEL_\d+$")
@@ -31,18 +34,20 @@ def load_hf_target(
     device: torch.device,
     dtype: str = "float32",
     dataset: Path | None = None,
+    dataset_name: str | None = None,
+    split: str = "test",
     text_column: str = "text",
     label_column: str = "label",
     max_length: int = 128,
     label_map: Mapping[str, int] | None = None,
     output_dir: Path | None = None,
 ) -> InferenceTarget:
-    """Load the model and tokenizer locally, and the labelled CSV when given."""
-    model, tokenizer = _load_local(model_path)
+    """Load the model and tokenizer, and the labelled data when given."""
+    model, tokenizer, source = load_model_and_tokenizer(model_path)
     model = model.to(device=device, dtype=DTYPES[dtype]).eval()
     num_labels = int(model.config.num_labels)
-    info: dict[str, Any] = {"hf_model": model_path, "num_labels": num_labels}
-    info["max_length"] = max_length
+    info: dict[str, Any] = {"hf_model": model_path, "loaded_from": source}
+    info.update(num_labels=num_labels, max_length=max_length)
 
     def encode(texts: list[str], dev: torch.device) -> dict[str, torch.Tensor]:
         encoded = tokenizer(
@@ -55,12 +60,17 @@ def load_hf_target(
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
     target = InferenceTarget(model_path, model, synthetic, tokens_per_sample=max_length, info=info)
-    if dataset is None:
+    if dataset is not None:
+        texts, raw_labels = read_labelled_csv(dataset, text_column, label_column)
+        info["dataset"] = str(dataset)
+    elif dataset_name is not None:
+        texts, raw_labels = load_hub_dataset(dataset_name, split, text_column, label_column)
+        info.update(dataset=dataset_name, split=split)
+    else:
         return target
-    texts, raw_labels = read_labelled_csv(dataset, text_column, label_column)
     mapping, source = label_mapping(raw_labels, model.config, num_labels, label_map)
     labels = [mapping[label] for label in raw_labels]
-    info.update(dataset=str(dataset), samples=len(texts), label_mapping_source=source)
+    info.update(samples=len(texts), label_mapping_source=source)
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
         path = output_dir / "label_mapping.json"
@@ -69,11 +79,13 @@ def load_hf_target(
         path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         info["label_mapping_file"] = str(path)
 
-    def batch_at(batch_size: int, index: int, dev: torch.device) -> DatasetBatch:
-        chosen = [(index * batch_size + j) % len(texts) for j in range(batch_size)]
+    def batch_of(chosen: list[int], dev: torch.device) -> DatasetBatch:
         inputs = encode([texts[i] for i in chosen], dev)
         tokens = int(inputs["attention_mask"].sum()) if "attention_mask" in inputs else 0
         return DatasetBatch(inputs, chosen, [labels[i] for i in chosen], tokens)
+
+    def batch_at(batch_size: int, index: int, dev: torch.device) -> DatasetBatch:
+        return batch_of([(index * batch_size + j) % len(texts) for j in range(batch_size)], dev)
 
     def predict(outputs: Any) -> list[int]:
         logits = outputs.logits if hasattr(outputs, "logits") else outputs[0]
@@ -81,27 +93,10 @@ def load_hf_target(
 
     target.dataset_size = len(texts)
     target.batch_at = batch_at
+    target.batch_of = batch_of
     target.predict = predict
     target.tokens_per_sample = None
     return target
-
-
-def _load_local(model_path: str) -> tuple[Any, Any]:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    where = "directory" if Path(model_path).is_dir() else "local Hugging Face cache entry"
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            model_path, local_files_only=True
-        )
-    except (OSError, ValueError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ValueError(
-            f"--hf-model {model_path!r}: no model and tokenizer could be loaded from this "
-            f"{where} (nothing is downloaded at run time): {first}"
-        ) from None
-    return model, tokenizer
 
 
 def read_labelled_csv(
@@ -135,11 +130,15 @@ def label_mapping(
     """(label -> id, where the mapping came from); a ValueError for labels outside it."""
     distinct = sorted(set(raw_labels))
     config_map = dict(getattr(config, "label2id", None) or {})
+    named = bool(config_map) and not all(_DEFAULT_LABEL.match(str(k)) for k in config_map)
+    integers = all(label.lstrip("-").isdigit() for label in distinct)
     if given:
         mapping, source = {str(k): int(v) for k, v in given.items()}, "--label-map"
-    elif config_map and not all(_DEFAULT_LABEL.match(str(k)) for k in config_map):
+    elif named and (not integers or set(distinct) <= set(map(str, config_map))):
         mapping, source = {str(k): int(v) for k, v in config_map.items()}, "model config label2id"
-    elif all(label.lstrip("-").isdigit() for label in distinct):
+    elif integers:
+        # Ids already (a hub dataset's ClassLabel: IMDB's 0/1 against a model
+        # that names them NEGATIVE/POSITIVE).
         mapping, source = {label: int(label) for label in distinct}, "integer labels as ids"
     else:
         mapping, source = {label: i for i, label in enumerate(distinct)}, "sorted distinct labels"

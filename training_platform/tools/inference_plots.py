@@ -1,11 +1,13 @@
 """`profile-inference`'s comparison plots: six panels against batch size, and a heatmap.
 
 ``batch_size_comparison.png``: latency per batch (mean ± std, p95), latency
-per sample, samples/s, tokens/s (batches/s when tokens are not counted),
-memory (CPU RSS, GPU allocated, GPU peak) and accuracy (latency spread, CV,
-when there is none). ``metrics_heatmap.png``: one row per batch size, one
-column per metric, each column scaled to [0, 1] over the batch sizes (so the
-colours compare batch sizes, not metrics), the raw value written in each cell.
+per sample (mean, p95), throughput (samples/s), memory (CPU RSS, GPU
+allocated, GPU peak), memory efficiency (samples/s per GiB of peak memory:
+what a batch size buys for the memory it holds) and accuracy (tokens/s when
+there is no accuracy, the latency CV when there are no tokens either).
+``metrics_heatmap.png``: one row per batch size, one column per metric, each
+column scaled to [0, 1] over the batch sizes (so the colours compare batch
+sizes, not metrics), the raw value written in each cell.
 """
 
 from __future__ import annotations
@@ -28,12 +30,20 @@ def _pyplot() -> Any:
     return plt
 
 
-def _panels(ok: Sequence[BatchResult]) -> list[tuple[str, Series]]:
+def comparison_panels(ok: Sequence[BatchResult]) -> list[tuple[str, Series]]:
+    """The six panels of batch_size_comparison.png: (title, {series: values per size})."""
+
     def col(get: Callable[[BatchResult], float | None]) -> list[float | None]:
         return [get(r) for r in ok]
 
     tokens = any(r.tokens_per_second for r in ok)
     accuracy = any(r.accuracy is not None for r in ok)
+    if accuracy:
+        last: tuple[str, Series] = ("accuracy", {"accuracy": col(lambda r: r.accuracy)})
+    elif tokens:
+        last = ("tokens / s", {"tokens/s": col(lambda r: r.tokens_per_second)})
+    else:
+        last = ("latency CV (std / mean)", {"CV": col(lambda r: r.cv)})
     gpu = any(r.gpu_peak_mib is not None for r in ok)
     memory: Series = {"CPU RSS": col(lambda r: r.cpu_rss_mib)}
     if gpu:
@@ -47,19 +57,20 @@ def _panels(ok: Sequence[BatchResult]) -> list[tuple[str, Series]]:
                 "p95": col(lambda r: r.latency_ms["p95"]),
             },
         ),
-        ("latency per sample (ms)", {"mean": col(lambda r: r.per_sample_ms["mean"])}),
-        ("samples / s", {"samples/s": col(lambda r: r.samples_per_second)}),
         (
-            ("tokens / s", {"tokens/s": col(lambda r: r.tokens_per_second)})
-            if tokens
-            else ("batches / s", {"batches/s": col(lambda r: r.batches_per_second)})
+            "time per sample (ms)",
+            {
+                "mean": col(lambda r: r.per_sample_ms["mean"]),
+                "p95": col(lambda r: r.per_sample_ms["p95"]),
+            },
         ),
+        ("throughput (samples / s)", {"samples/s": col(lambda r: r.samples_per_second)}),
         ("memory (MiB)", memory),
         (
-            ("accuracy", {"accuracy": col(lambda r: r.accuracy)})
-            if accuracy
-            else ("latency CV (std / mean)", {"CV": col(lambda r: r.cv)})
+            "memory efficiency (samples/s per GiB)",
+            {"samples/s per GiB": col(lambda r: r.samples_per_second_per_gib)},
         ),
+        last,
     ]
 
 
@@ -68,7 +79,7 @@ def plot_comparison(output_dir: Path, results: Sequence[BatchResult], title: str
     ok = [r for r in results if r.status == "ok"]
     sizes = [r.batch_size for r in ok]
     figure, grid = plt.subplots(2, 3, figsize=(15, 8), dpi=100)
-    for axes, (label, series) in zip(grid.flat, _panels(ok), strict=True):
+    for axes, (label, series) in zip(grid.flat, comparison_panels(ok), strict=True):
         for name, values in series.items():
             points = [(s, v) for s, v in zip(sizes, values, strict=True) if v is not None]
             if points:
@@ -83,7 +94,7 @@ def plot_comparison(output_dir: Path, results: Sequence[BatchResult], title: str
         axes.set_xlabel("batch size")
         axes.set_title(label)
         axes.grid(True, alpha=0.3)
-        if len(series) > 1:
+        if len(series) > 1 or label.startswith("memory ("):  # say whose memory, even alone
             axes.legend()
     figure.suptitle(f"{title}: batch-size comparison")
     figure.tight_layout()
@@ -102,6 +113,8 @@ def heatmap_columns(ok: Sequence[BatchResult]) -> dict[str, list[float | None]]:
         "tokens/s": [r.tokens_per_second for r in ok],
         "CPU RSS MiB": [r.cpu_rss_mib for r in ok],
         "GPU peak MiB": [r.gpu_peak_mib for r in ok],
+        "samples/s/GiB": [r.samples_per_second_per_gib for r in ok],
+        "GPU util %": [r.gpu_utilization_mean_pct for r in ok],
         "accuracy": [r.accuracy for r in ok],
         "CV": [r.cv for r in ok],
     }

@@ -1,8 +1,5 @@
-"""Outputs of `profile-inference`: results.csv, results.json, PNG plots, report.txt.
-
-report.txt, results.json and results.csv are the baseline's
-``baseline_summary_report.txt``, ``baseline_metrics.json`` and
-``detailed_metrics.csv``.
+"""Outputs of `profile-inference`: detailed_metrics.csv, baseline_metrics.json, the
+summary report (baseline_summary_report.txt) and the single-chart PNGs.
 
 matplotlib is imported only when plots are drawn, with the Agg backend (no
 display needed, safe in CI and on headless GPU nodes).
@@ -35,6 +32,9 @@ _FIELDS = (
     "cpu_rss_mib",
     "gpu_allocated_mib",
     "gpu_peak_mib",
+    "samples_per_second_per_gib",
+    "gpu_utilization_mean_pct",
+    "gpu_utilization_max_pct",
     "accuracy",
 )
 CSV_COLUMNS = (
@@ -46,14 +46,15 @@ CSV_COLUMNS = (
 )
 
 
-def _row(result: BatchResult) -> dict[str, Any]:
-    row: dict[str, Any] = {"batch_size": result.batch_size, "status": result.status}
+def row(result: BatchResult) -> dict[str, Any]:
+    """One batch size's figures by CSV column (also the log's line)."""
+    values: dict[str, Any] = {"batch_size": result.batch_size, "status": result.status}
     for stat in _STATS:
-        row[f"latency_{stat}_ms"] = result.latency_ms.get(stat)
-        row[f"per_sample_{stat}_ms"] = result.per_sample_ms.get(stat)
+        values[f"latency_{stat}_ms"] = result.latency_ms.get(stat)
+        values[f"per_sample_{stat}_ms"] = result.per_sample_ms.get(stat)
     for name in _FIELDS:
-        row[name] = getattr(result, name)
-    return row
+        values[name] = getattr(result, name)
+    return values
 
 
 def write_csv(path: Path, results: Sequence[BatchResult]) -> Path:
@@ -65,7 +66,7 @@ def write_csv(path: Path, results: Sequence[BatchResult]) -> Path:
             writer.writerow(
                 {
                     k: "" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
-                    for k, v in _row(result).items()
+                    for k, v in row(result).items()
                 }
             )
     return path
@@ -135,15 +136,22 @@ def render_report(
     memory_source: str,
     settings: dict[str, Any],
     model_info: dict[str, Any] | None = None,
+    utilisation_source: str | None = None,
 ) -> str:
-    """report.txt: settings, the model, one line per batch size, noise, the recommendation."""
+    """The summary: settings, the model, one line per batch size, noise, the recommendation."""
     lines = [f"Inference profile of {title}", ""]
+    if model_info:
+        kind, cls = model_info["type"], model_info["class"]
+        lines.append(f"  model type: {kind}" + (f" ({cls})" if cls != kind else ""))
     lines += [f"  {key}: {value}" for key, value in settings.items()]
     if model_info:
         lines.append(
             f"  model: {model_info['parameters']:,.0f} parameters, {model_info['size_mb']:.2f} MB"
         )
-    lines += ["", f"peak memory: {memory_source}", ""]
+    lines += ["", f"peak memory: {memory_source}"]
+    if utilisation_source is not None:
+        lines.append(f"GPU utilisation: {utilisation_source}")
+    lines.append("")
     header = (
         f"{'batch':>6} {'runs':>5} {'mean ms':>9} {'std ms':>8} {'p50 ms':>9} {'p95 ms':>9} "
         f"{'ms/sample':>10} {'samples/s':>11} {'batches/s':>10} {'tokens/s':>11} "
@@ -177,12 +185,48 @@ def render_report(
                 f"  batch {r.batch_size}: {r.warmup_runs} warm-up run(s), {r.outliers} outlier(s)"
                 f" of {r.runs} runs, CV {_pct(r.cv)}, spread {_pct(r.robust_cv)}{noisy}"
             )
+    lines.append("Memory efficiency (samples/s per GiB of peak memory) and GPU utilisation:")
+    for r in results:
+        if r.status == "ok":
+            utilisation = (
+                f"GPU {r.gpu_utilization_mean_pct:.0f}% mean, {r.gpu_utilization_max_pct:.0f}% max"
+                if r.gpu_utilization_mean_pct is not None and r.gpu_utilization_max_pct is not None
+                else "GPU utilisation -"
+            )
+            lines.append(
+                f"  batch {r.batch_size}: {_num(r.samples_per_second_per_gib, 0, 1)} "
+                f"samples/s/GiB, {utilisation}"
+            )
     lines.append("")
     if best is None:
         lines.append(f"No best batch size: {reason}.")
     else:
         lines.append(f"Best batch size: {best.batch_size} — {reason}.")
     return "\n".join(lines) + "\n"
+
+
+def render_sample_sizes(full: dict[str, Any], per_size: Sequence[dict[str, Any]]) -> str:
+    """The full dataset's accuracy and speed, then the first N samples' for each N."""
+    if full.get("samples") is None:
+        return f"\nFull dataset: {full['note']}; accuracy {_num(full.get('accuracy'), 0, 4)}\n"
+    lines = ["", f"Full dataset ({full['samples']} samples): {_sample_line(full)}"]
+    if per_size:
+        lines.append("Sample sizes (the first N samples, each run once):")
+    for entry in per_size:
+        capped = f" (capped at the dataset's {entry['samples']})" if entry["capped"] else ""
+        lines.append(f"  first {entry['requested']}{capped}: {_sample_line(entry)}")
+    return "\n".join(lines) + "\n"
+
+
+def _sample_line(entry: dict[str, Any]) -> str:
+    if entry.get("accuracy") is None:
+        return entry.get("note", "not run")
+    return (
+        f"accuracy {entry['accuracy']:.4f} ({entry['correct']}/{entry['samples']}), "
+        f"{_num(entry['samples_per_second'], 0, 1)} samples/s, "
+        f"{_num(entry['latency_per_sample_ms'], 0, 3)} ms/sample, "
+        f"{entry['total_time_s']:.3f} s at batch size {entry['batch_size']}"
+    )
 
 
 def _pct(value: float | None) -> str:

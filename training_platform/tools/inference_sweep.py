@@ -4,7 +4,8 @@ For each batch size: at least `warmup` untimed runs, more until the latency
 settles (`warm_up`: every batch size, not only the first, may pay first-call
 costs such as kernel selection or allocator growth), then at least `runs`
 timed runs (the GPU is synchronised around each, so a latency is the whole
-forward), continued until `min_time_s` of timed work has accumulated (at most
+forward; on CUDA, NVML's utilisation is polled meanwhile: `gpu_utilisation`),
+continued until `min_time_s` of timed work has accumulated (at most
 `max_runs`), so that a busy machine's hiccups are a few runs among many. A
 dataset target times every batch of one pass at least (accuracy then
 covers the whole dataset); a synthetic one times the same batch.
@@ -28,6 +29,7 @@ import torch
 
 from training_platform.callbacks.profiling.memory import rss_reader
 from training_platform.callbacks.profiling.stats import describe, percentile
+from training_platform.tools.gpu_utilisation import GpuUtilisation
 from training_platform.tools.inference_choice import best_batch_size
 from training_platform.tools.inference_target import (
     BUILTIN_MODELS,
@@ -84,6 +86,9 @@ class BatchResult:
     cpu_rss_mib: float | None = None
     gpu_allocated_mib: float | None = None
     gpu_peak_mib: float | None = None
+    samples_per_second_per_gib: float | None = None  # memory efficiency: per GiB of peak memory
+    gpu_utilization_mean_pct: float | None = None  # NVML, during the timed runs (CUDA only)
+    gpu_utilization_max_pct: float | None = None
     accuracy: float | None = None
     error: str | None = None
 
@@ -144,6 +149,7 @@ def measure_batch(
     max_runs: int | None = None,
     accuracy: Callable[[Any, Any], float] | None = None,
     memory: PeakMemory | None = None,
+    utilisation: GpuUtilisation | None = None,
     on_run: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchResult:
@@ -175,22 +181,35 @@ def measure_batch(
     output: Any = None
     with torch.inference_mode():
         warmed = warm_up(lambda index: run(index)[0], warmup, on_run=on_run)
-        while True:
-            elapsed, output, part = run(len(latencies))
-            latencies.append(elapsed)
-            if part is not None:
-                tokens += part.tokens
-                correct += _score(target, output, part, seen)
-            elif target.tokens_per_sample:
-                tokens += target.tokens_per_sample * batch_size
-            if on_run is not None:
-                on_run()
-            done = len(latencies) >= runs and sum(latencies) >= min_time_s * 1000.0
-            if done or len(latencies) >= cap:
-                break
+        if utilisation is not None:
+            utilisation.start()
+        try:
+            while True:
+                elapsed, output, part = run(len(latencies))
+                latencies.append(elapsed)
+                if part is not None:
+                    tokens += part.tokens
+                    correct += _score(target, output, part, seen)
+                elif target.tokens_per_sample:
+                    tokens += target.tokens_per_sample * batch_size
+                if on_run is not None:
+                    on_run()
+                done = len(latencies) >= runs and sum(latencies) >= min_time_s * 1000.0
+                if done or len(latencies) >= cap:
+                    break
+        finally:
+            # An OOM mid-way must not leave the poller running into the next size.
+            reading = utilisation.stop() if utilisation is not None else None
     result = summarise(batch_size, latencies, tokens)
     result.warmup_runs = warmed
     memory.fill(result)
+    if reading is not None:
+        result.gpu_utilization_mean_pct = reading["mean"]
+        result.gpu_utilization_max_pct = reading["max"]
+    if result.samples_per_second and result.peak_memory_mib:
+        result.samples_per_second_per_gib = result.samples_per_second / (
+            result.peak_memory_mib / 1024.0
+        )
     if dataset is not None and seen and target.predict is not None:
         result.accuracy = correct / len(seen)
     elif accuracy is not None:
@@ -288,6 +307,7 @@ def run_sweep(
     runs: int = 10,
     min_time_s: float = 0.0,
     accuracy: Callable[[Any, Any], float] | None = None,
+    utilisation: GpuUtilisation | None = None,
     on_run: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[BatchResult]:
@@ -309,6 +329,7 @@ def run_sweep(
                 min_time_s=min_time_s,
                 accuracy=accuracy,
                 memory=memory,
+                utilisation=utilisation,
                 on_run=on_run,
                 clock=clock,
             )

@@ -64,8 +64,9 @@ class InferenceTarget:
 
     A synthetic target times the same batch again and again. A dataset target
     (`dataset_size` set) walks through its data: `batch_at(batch_size, index,
-    device)` is the index-th batch (wrapping around, so every batch is full)
-    and `predict(outputs)` the predicted label ids.
+    device)` is the index-th batch (wrapping around, so every batch is full),
+    `batch_of(indices, device)` the batch of those samples, and
+    `predict(outputs)` the predicted label ids.
     """
 
     name: str
@@ -74,6 +75,7 @@ class InferenceTarget:
     tokens_per_sample: int | None = None
     dataset_size: int | None = None
     batch_at: Callable[[int, int, torch.device], DatasetBatch] | None = None
+    batch_of: Callable[[list[int], torch.device], DatasetBatch] | None = None
     predict: Callable[[Any], list[int]] | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -136,9 +138,19 @@ def forward(model: nn.Module, batch: Any) -> Any:
     return model(batch)
 
 
-def model_size(model: nn.Module) -> dict[str, float]:
-    """Parameters and the bytes of parameters + buffers (MB = 10^6 bytes)."""
+def model_size(model: nn.Module) -> dict[str, Any]:
+    """Type, class, parameters and the bytes of parameters + buffers (MB = 10^6 bytes).
+
+    The type is a Hugging Face model's ``config.model_type`` (``bert``,
+    ``qwen2``), else the class name.
+    """
     params = sum(p.numel() for p in model.parameters())
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     size += sum(b.numel() * b.element_size() for b in model.buffers())
-    return {"parameters": float(params), "size_mb": size / 1e6}
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    return {
+        "type": str(kind) if kind else type(model).__name__,
+        "class": type(model).__name__,
+        "parameters": float(params),
+        "size_mb": size / 1e6,
+    }

@@ -28,6 +28,7 @@ from tests.callbacks.loss_streams import STREAMS, Fault, frozen, metrics_stream,
 from training_platform.callbacks import PlatformCallback
 from training_platform.callbacks.detectors.config import AnomalyConfig
 from training_platform.callbacks.detectors.loss import LossPlateauDetector, LossSpikeDetector
+from training_platform.callbacks.detectors.loss_start import LossNotDecreasingDetector
 from training_platform.callbacks.detectors.monitor import DETECTORS, AnomalyMonitor
 from training_platform.callbacks.detectors.rl import EntropyCollapseDetector, NonFiniteDetector
 from training_platform.callbacks.detectors.windows import (
@@ -199,6 +200,37 @@ def test_the_trend_count_arms_the_plateau_rule_exactly_when_the_sort_does(seed: 
         detector.evaluate(step, {"loss": {"critic_loss": value}})
         armed.append(detector._progress["critic_loss"].armed)
     assert armed == plain_armed(config, values)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_start_rules_counts_say_what_the_median_says(seed: int) -> None:
+    """`loss_not_decreasing` keeps two counts instead of sorting its last block:
+    each verdict is the one the median of that block gives."""
+    rng = random.Random(seed)
+    config = AnomalyConfig(
+        loss_patience=rng.choice([10, 20, 50]),
+        min_history=rng.choice([3, 10]),
+        loss_start_warmup=rng.choice([0, 10]),
+    )
+    detector = LossNotDecreasingDetector(config)
+    watch = detector.watches["critic_loss"]
+    values: list[float] = []
+    for step, value in enumerate(noisy_values(rng, 600)):
+        if watch.done:
+            break
+        held = watch.holding is not None
+        detector.evaluate(step, {"loss": {"critic_loss": value}})
+        values.append(value)
+        if len(values) < config.loss_start_judged_at:
+            assert watch.holding is None and not watch.done
+            continue
+        current = median_of(values[-config.loss_block :])
+        if watch.done:  # improved, or no direction at the first judgement
+            assert watch.holding is None
+            assert current <= watch.clear_at or len(values) == config.loss_start_judged_at
+        else:
+            assert current > watch.clear_at
+            assert (watch.holding is not None) == (held or current > watch.flag_at)
 
 
 def without_shortcuts(monitor: AnomalyMonitor) -> None:

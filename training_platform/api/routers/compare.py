@@ -20,6 +20,7 @@ from training_platform.history.compare import (
     config_differences,
 )
 from training_platform.history.compare_system import split_system_fields
+from training_platform.history.field_names import resolve_fields
 from training_platform.history.smoothing import Smoothing
 from training_platform.history.system_query import ANSWER_JSON
 from training_platform.store.jobs import label_jobs
@@ -74,8 +75,9 @@ def compare_route(
         str | None,
         Query(
             max_length=8192,
-            description="Series or groups, as for /metrics; default all. `system` or "
-            "`system.<name>` (system.gpu_utilization, ...): the run-level system series.",
+            description="Series or groups, as for /metrics (flat names too, answered "
+            "under them); default all. `system` or `system.<name>` "
+            "(system.gpu_utilization, ...): the run-level system series.",
         ),
     ] = None,
     max_points: Annotated[int, Query(ge=2, le=MAX_POINTS)] = 1000,
@@ -111,14 +113,16 @@ def compare_route(
     elif smoothing:
         chosen = Smoothing("ema", weight=smoothing)
     metric_fields, system = split_system_fields(parse_fields(fields))
+    names = resolve_fields(metric_fields)
     entries = compare_histories(
-        session, job_ids, fields=metric_fields, system=system, max_points=max_points,
+        session, job_ids, fields=names.read, system=system, max_points=max_points,
         start_step=start_step, end_step=end_step, x=x, smoothing=chosen,
         exact_rows=settings.compare_exact_smoothing_rows,
         max_bytes=settings.history_max_response_bytes, max_series=settings.history_max_series,
     )  # fmt: skip
     summaries = label_jobs(session, job_ids)
     for entry in entries:
+        names.rename_answer(entry)  # after the smoothing, which reads by our names
         summary = summaries.get(entry["job_id"])
         if summary is not None:
             entry["name"] = shown_name(summary.job, summary.run)

@@ -39,7 +39,8 @@ FieldsQuery = Annotated[
     Query(
         max_length=8192,
         description="Comma-separated columns (`loss.actor_loss`) or groups (`loss`, `extra`); "
-        "default all. `step` (and `timestamp`) always come.",
+        "default all. `step` (and `timestamp`) always come. Metrics: a fixed field's flat "
+        "name (`kl_max`, `kl_divergence_max`) names its column so.",
     ),
 ]
 RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -26,6 +26,7 @@ from training_platform.ingest.registry import SSHSource, register_job, ssh_targe
 from training_platform.ingest.ssh import check_ssh_connection
 from training_platform.ingest.sync_service import SyncService
 from training_platform.live.hub import LiveHub
+from training_platform.store.job_flags import anomaly_of
 from training_platform.store.jobs import (
     Health,
     JobOrder,
@@ -64,6 +65,7 @@ def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
             remote_dir=job.ssh_remote_dir or "",
             remote_rollout_dir=job.rollout_dir,
         )
+    anomaly = anomaly_of(job)  # the trainer's flag or a critical incident
     return JobOut(
         job_id=job.job_id,
         source=_SOURCES.get(job.source, "local"),
@@ -74,9 +76,10 @@ def job_out(summary: JobSummary, ingester: Ingester | None = None) -> JobOut:
         status=job.status,
         current_step=job.current_step,
         total_steps=job.total_steps,
-        anomaly_detected=job.anomaly_detected,
-        anomaly_reason=job.anomaly_reason,
-        has_anomaly=job.anomaly_detected or summary.anomaly_count > 0,
+        anomaly_detected=anomaly[0],
+        anomaly_reason=anomaly[1],
+        trainer_anomaly_detected=bool(job.anomaly_detected),
+        has_anomaly=anomaly[0] or summary.anomaly_count > 0,
         anomaly_count=summary.anomaly_count,
         health=summary.health,
         metrics_count=summary.metrics_count,

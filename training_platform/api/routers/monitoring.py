@@ -17,6 +17,7 @@ from training_platform.callbacks.wire.schema import (
     GROUP_FIELDS,  # BIGINT: larger fails in the database
 )
 from training_platform.errors import InvalidParameterError
+from training_platform.history.field_names import did_you_mean, resolve_fields
 from training_platform.history.history_page import history_page, page_body
 from training_platform.history.incidents import (
     anomaly_row,
@@ -66,7 +67,9 @@ def metrics_history(
         Query(
             max_length=8192,
             description="With max_points: comma-separated series (`loss.actor_loss`) or "
-            "groups (`loss`, `extra`) to return; default all.",
+            "groups (`loss`, `extra`) to return; default all. A fixed field may be named "
+            "flat, by its column (`kl_max`) or the design documents' name "
+            "(`kl_divergence_max`): it is answered under that name.",
         ),
     ] = None,
 ) -> Response:
@@ -86,19 +89,19 @@ def metrics_history(
     """
     check_step_range(start_step, end_step)
     if max_points is not None:
-        names = parse_fields(fields)
+        names = resolve_fields(parse_fields(fields))
         body = downsampled_history(
             session,
             job_id=job_id,
             start_step=start_step,
             end_step=end_step,
             max_points=max_points,
-            fields=names,
+            fields=names.read,
             max_bytes=settings.history_max_response_bytes,
             max_series=settings.history_max_series,
         )
-        _check_other_groups_found(names, body)
-        return Response(orjson.dumps(body), media_type="application/json")
+        _check_other_groups_found(names.read, body)
+        return Response(orjson.dumps(names.rename_answer(body)), media_type="application/json")
     if fields is not None:
         raise InvalidParameterError("fields applies only together with max_points")
     page = history_page(
@@ -125,8 +128,9 @@ def _check_other_groups_found(names: frozenset[str] | None, body: dict[str, Any]
             continue
         if not any(key == name or key.partition(".")[0] == name for key in present):
             raise InvalidParameterError(
-                f"fields: unknown series or group {name!r} (groups: "
-                f"{', '.join([*GROUP_FIELDS, *FREE_GROUPS])}, or one the run logged)"
+                f"fields: unknown series or group {name!r}{did_you_mean(name)} (groups: "
+                f"{', '.join([*GROUP_FIELDS, *FREE_GROUPS])}, or one the run logged; flat "
+                "names: docs/contract.md, Metric names)"
             )
 
 

@@ -37,7 +37,13 @@ class AnomalyConfig:
     loss_patience: int = 50
     """`loss_plateau`: a loss frozen (within `loss_min_delta`) this many steps,
     or one that clearly fell and then stopped, judged on blocks of half this
-    many values. See `loss_detectors` for the rules."""
+    many values (`loss_block`). `loss_not_decreasing`: a loss that has not
+    gone below its start level this many steps after it (`loss_start.py`).
+    See `loss.py` and `loss_start.py` for the rules."""
+    loss_start_warmup: int = 10
+    """`loss_not_decreasing`: values of each loss skipped before its start level
+    (the median of the next `loss_block`) is taken: learning-rate warm-up and
+    the first batches are no level to judge by."""
     loss_min_delta: float = 1e-4
     """A loss moving less than this is frozen (and must fall more than this to fall)."""
     loss_trend_drop: float = 0.1
@@ -87,6 +93,19 @@ class AnomalyConfig:
     """... while the response length grows this much and the reward rises."""
 
     @property
+    def loss_block(self) -> int:
+        """Values per block of the loss rules' medians: half of `loss_patience`, at
+        least `min_history` (and 1)."""
+        return max(1, self.min_history, self.loss_patience // 2)
+
+    @property
+    def loss_start_judged_at(self) -> int:
+        """The value of a loss at which `loss_not_decreasing` first judges it: after its
+        warm-up, its start block and `loss_patience` more."""
+        return max(0, self.loss_start_warmup) + self.loss_block + max(1, self.loss_patience)
+
+    @property
     def early_records(self) -> int:
-        """How many of a run's first records set early baselines (entropy, loss levels)."""
-        return max(self.entropy_baseline_steps, self.window)
+        """How many of a run's first records set early baselines (entropy, loss levels,
+        each loss's start and its first `loss_not_decreasing` judgement)."""
+        return max(self.entropy_baseline_steps, self.window, self.loss_start_judged_at)

@@ -3,9 +3,10 @@
 `AnomalyMonitor.check(record)` runs every detector on one record (docs/contract.md's
 nested shape) and returns the anomalies it raises, each
 ``{"type", "severity", "message"}``. Feed records in step order; the monitor
-keeps the little state each detector needs (recent medians, best loss, early
-entropy). It works from records alone, so the platform can replay stored runs
-through the same code, and tolerates missing groups, ``None`` and NaN values.
+keeps the little state each detector needs (recent medians, each loss's start
+level, early entropy). It works from records alone, so the platform can replay
+stored runs through the same code, and tolerates missing groups, ``None`` and
+NaN values.
 
 One incident is one alert: once a detector fires it stays quiet while its
 condition keeps recurring (within `cooldown` steps, or twice the incident's
@@ -35,6 +36,7 @@ from training_platform.callbacks.detectors.loss import (
     LossPlateauDetector,
     LossSpikeDetector,
 )
+from training_platform.callbacks.detectors.loss_start import LossNotDecreasingDetector
 from training_platform.callbacks.detectors.quiet_path import fused_check
 from training_platform.callbacks.detectors.rl import (
     EntropyCollapseDetector,
@@ -49,6 +51,7 @@ DETECTORS: Final[tuple[type[Detector], ...]] = (
     KLExplosionDetector,
     LossPlateauDetector,
     LossSpikeDetector,
+    LossNotDecreasingDetector,
     GradientExplosionDetector,
     EntropyCollapseDetector,
     RewardHackingDetector,

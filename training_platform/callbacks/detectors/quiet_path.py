@@ -14,12 +14,13 @@ them are quiet is its update applied, all of it, inline and in the order
 set, any value that is not a float, a group that is not a dict) the
 detector's own `evaluate` takes the whole record. Detectors keep separate
 state, so the choice is per detector, and findings come out in `DETECTORS`
-order. The two loss detectors go loss by loss, as their `evaluate`s do:
+order. The three loss detectors go loss by loss, as their `evaluate`s do:
 the plateau's step is `_observe` with its settings in locals (its rare
 branches call the detector's own methods), the spike's the same comparison
-and fold, a loud value judged by the detector's `judge`. The tests in
-tests/callbacks/detectors/test_detector_cost.py hold all of it to the detectors' own
-paths: the same anomalies and the same state.
+and fold, a loud value judged by the detector's `judge`, the start rule's
+its own `observe` until it is done with a loss (one flag test after that).
+The tests in tests/callbacks/detectors/test_detector_cost.py hold all of it
+to the detectors' own paths: the same anomalies and the same state.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 from training_platform.callbacks.detectors.findings import Anomaly, Detector, Finding, as_float
 from training_platform.callbacks.detectors.loss import LossPlateauDetector, LossSpikeDetector
+from training_platform.callbacks.detectors.loss_start import LossNotDecreasingDetector
 from training_platform.callbacks.detectors.rl import (
     EntropyCollapseDetector,
     GradientExplosionDetector,
@@ -50,6 +52,7 @@ FUSED_KINDS = (
     KLExplosionDetector,
     LossPlateauDetector,
     LossSpikeDetector,
+    LossNotDecreasingDetector,
     GradientExplosionDetector,
     EntropyCollapseDetector,
     RewardHackingDetector,
@@ -63,10 +66,11 @@ def fused_check(
     """One function running `detectors` (exactly `FUSED_KINDS`), else None."""
     if tuple(type(d) for d in detectors) != FUSED_KINDS:
         return None  # a subset or a subclass: the monitor runs them one by one
-    kl_detector, plateau, spike, gradient, entropy, hacking = detectors
+    kl_detector, plateau, spike, start, gradient, entropy, hacking = detectors
     assert isinstance(kl_detector, KLExplosionDetector)
     assert isinstance(plateau, LossPlateauDetector)
     assert isinstance(spike, LossSpikeDetector)
+    assert isinstance(start, LossNotDecreasingDetector)
     assert isinstance(gradient, GradientExplosionDetector)
     assert isinstance(entropy, EntropyCollapseDetector)
     assert isinstance(hacking, RewardHackingDetector)
@@ -80,10 +84,14 @@ def fused_check(
     first_values, second_values = first_history.values, second_history.values
     norm_limit = gradient._quiet_limit
     warmup, judge_spike = config.loss_spike_warmup, spike.judge
-    # (name, plateau state, spike state) per loss, in `LOSS_FIELDS` order (both's).
+    # (name, plateau state, spike state, start rule state or None) per loss, in
+    # `LOSS_FIELDS` order (the plateau's and the spike's; `WATCHED` keeps it too).
     loss_states = tuple(
-        (name, progress, spike._scales[name]) for name, progress in plateau._progress.items()
+        (name, progress, spike._scales[name], start.watches.get(name))
+        for name, progress in plateau._progress.items()
     )
+    total_watch = start.watches["total_loss"]
+    observe_start, note_run = start.observe, start.note_run
     # The plateau's per-loss step is the detector's own (a copy inlined here
     # saved nothing measurable).
     observe_plateau = plateau._observe
@@ -111,10 +119,13 @@ def fused_check(
 
         losses = record.get("loss")
         if type(losses) is dict:
+            if not total_watch.done:
+                note_run(record)  # the start rule's first step, as in its `evaluate`
             losses_check(step, losses, found)
         else:
             exact(plateau, step, record, found)
             exact(spike, step, record, found)
+            exact(start, step, record, found)
 
         # gradient_explosion: each norm missing, or below the hard limit and
         # its spike bound (NaN is neither): then each only joins its window.
@@ -196,18 +207,21 @@ def fused_check(
             exact(hacking, step, record, found)
 
     def losses_check(step: int, losses: dict[str, Any], found: list[Anomaly]) -> None:
-        # loss_plateau and loss_spike, one pass over the losses: both
-        # `evaluate`s go loss by loss with separate state, and the findings
-        # of each keep their order (plateau's alerted first, as in `DETECTORS`).
+        # loss_plateau, loss_spike and loss_not_decreasing, one pass over the
+        # losses: the `evaluate`s go loss by loss with separate state, and the
+        # findings of each keep their order (alerted in `DETECTORS` order).
         plateau_findings: list[Finding] | None = None
         spike_findings: list[Finding] | None = None
-        for name, progress, scale in loss_states:
+        start_findings: list[Finding] | None = None
+        for name, progress, scale, watch in loss_states:
             loss = losses.get(name)
             if loss is not None:
                 if type(loss) is not float:
                     loss = as_float(loss)
                 if loss is not None and loss - loss == 0.0:  # finite
                     progress.holding = observe_plateau(progress, name, loss)
+                    if watch is not None and not watch.done:
+                        observe_start(watch, name, loss)
                     # `LossSpikeDetector.evaluate`'s steps for one loss.
                     seen = scale.seen = scale.seen + 1
                     if seen > warmup:
@@ -230,9 +244,15 @@ def fused_check(
                 plateau_findings = (
                     [holding] if plateau_findings is None else [*plateau_findings, holding]
                 )
+            if watch is not None and watch.holding is not None:
+                start_findings = (
+                    [watch.holding] if start_findings is None else [*start_findings, watch.holding]
+                )
         if plateau_findings is not None:
             alert(plateau, step, plateau_findings, found)
         if spike_findings is not None:
             alert(spike, step, spike_findings, found)
+        if start_findings is not None:
+            alert(start, step, start_findings, found)
 
     return check

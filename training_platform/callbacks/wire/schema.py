@@ -45,6 +45,9 @@ STATUS_VALUES: Final = ("pending", "running", "completed", "failed", "stopped")
 SEVERITIES: Final = ("info", "warning", "critical")
 
 # The one table that maps flat trainer keys onto the groups of docs/contract.md §2.
+# Each field's stored column name (`kl_max`) and the design documents' name
+# (`kl_divergence_max`, `grad_norm_actor`, ...) are among its keys, so a record
+# logged in those names lands in the same fields (docs/contract.md, Metric names).
 # For each (group, field) the source keys are listed best first: when a trainer
 # reports several (verl logs both `actor/kl_loss` and `actor/ppo_kl`), the best
 # one fills the field and the others stay in `extra`, so nothing is dropped.
@@ -77,9 +80,14 @@ FIELD_SOURCES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
         "actor/ppo_kl",
         "policy/approxkl_avg",
     ),
-    ("kl", "max"): ("actor/kl_max", "kl_max", "kl/max"),
-    ("gradient", "actor_norm"): ("actor/grad_norm", "grad_norm", "actor_grad_norm"),
-    ("gradient", "critic_norm"): ("critic/grad_norm", "critic_grad_norm"),
+    ("kl", "max"): ("actor/kl_max", "kl_max", "kl/max", "kl_divergence_max"),
+    ("gradient", "actor_norm"): (
+        "actor/grad_norm",
+        "grad_norm",
+        "actor_grad_norm",
+        "grad_norm_actor",
+    ),
+    ("gradient", "critic_norm"): ("critic/grad_norm", "critic_grad_norm", "grad_norm_critic"),
     ("performance", "tokens_per_second"): (
         "perf/throughput",
         "tokens_per_second",
@@ -98,6 +106,7 @@ FIELD_SOURCES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
         "perf/max_memory_allocated_gb",
         "gpu_memory_allocated",
         "memory/max_allocated_gb",
+        "gpu_memory_allocated_gib",
     ),
 }
 # Flat keys whose prefix names a stage time in seconds: `timing_s/gen` -> timing.gen.

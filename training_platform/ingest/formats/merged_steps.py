@@ -11,6 +11,7 @@ metrics file writes whole steps and replaces them (`metrics_file.py`).
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from typing import Any, Final
 
 from sqlalchemy import func, select
@@ -62,12 +63,15 @@ def _values(record: dict[str, Any]) -> str:
 
 def _stored(session: Session, job_id: str, steps: list[int]) -> dict[int, dict[str, Any]]:
     """The stored records of `steps` (sorted); appends, the common case, cost one
-    indexed max() lookup."""
+    indexed max() lookup. Only steps up to the stored maximum can be stored, so only
+    they are looked up: a batch cut within a step (MLflow's, by rowid) looks up
+    that one step, not every step after it."""
     stored_max = session.scalar(
         select(func.max(TrainingMetric.step)).where(TrainingMetric.job_id == job_id)
     )
-    if stored_max is None or steps[0] > stored_max:
+    if stored_max is None:
         return {}
+    steps = steps[: bisect_right(steps, stored_max)]
     found: dict[int, dict[str, Any]] = {}
     for start in range(0, len(steps), 500):
         rows = session.scalars(

@@ -25,9 +25,13 @@ are strings in MLflow: numbers, booleans and JSON values are read as such.
 from __future__ import annotations
 
 import json
+import math
+import sqlite3
 import threading
+from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import (
     BigInteger,
@@ -39,7 +43,6 @@ from sqlalchemy import (
     String,
     Table,
     create_engine,
-    literal_column,
     select,
 )
 from sqlalchemy.engine import make_url
@@ -82,7 +85,17 @@ _engines_guard = threading.Lock()
 
 
 def check_tracking_uri(uri: str) -> str:
-    """`uri` if this version reads that kind of MLflow store; `InvalidSourceError` else."""
+    """`uri` if this version reads that kind of MLflow store; `InvalidSourceError` else.
+
+    A file store (`file:` or an absolute path: `mlflow_files.py`, its directory checked
+    by the registry) and a tracking server (`http(s)://`: `mlflow_rest.py`) are
+    told by their prefix; anything else must be a tracking database's URL."""
+    if uri.startswith(("file:", "/")):
+        return uri
+    if uri.startswith(("http://", "https://")):
+        if not urlsplit(uri).hostname:
+            raise InvalidSourceError(f"tracking_uri {shown_url(uri)!r}: a server needs a host")
+        return uri
     try:
         url = make_url(uri)
     except ArgumentError:
@@ -91,14 +104,25 @@ def check_tracking_uri(uri: str) -> str:
         url.get_backend_name() == "sqlite" and not url.database
     ):
         raise InvalidSourceError(
-            "tracking_uri: an MLflow tracking database, sqlite:///<file> or postgresql://... "
-            "(file stores and tracking servers are not read yet)"
+            "tracking_uri: an MLflow tracking database (sqlite:///<file> or postgresql://...), "
+            "a file store (file:///<directory>) or a tracking server (http(s)://host:port)"
         )
     return uri
 
 
 def shown_url(uri: str) -> str:
     """`uri` with its password hidden, for answers and messages."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            parts = urlsplit(uri)
+            if parts.password is None:
+                return uri
+            where = parts.netloc.rpartition("@")[2]
+            return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{where}"))
+        except ValueError:  # a bad port, say
+            return "<unparsable>"
+    if uri.startswith(("file:", "/")):
+        return uri
     try:
         return make_url(uri).render_as_string(hide_password=True)
     except ArgumentError:
@@ -129,33 +153,52 @@ def read_run(position: ReadPosition, max_bytes: int, *, uri: str, run_id: str) -
     try:
         with engine.connect() as connection:
             if engine.dialect.name == "sqlite":
-                rows, at = _after_rowid(connection, run_id, position.offset, limit)
+                records, at, count = _after_rowid(connection, run_id, position.offset, limit)
                 after = ReadPosition(at)
-                complete = len(rows) < limit
+                complete = count < limit
             else:
                 rows, after, complete = _after_time(connection, run_id, position, limit)
-            about = _about(connection, run_id) if rows else None
-    except SQLAlchemyError as exc:
+                records = _records(rows)
+            about = _about(connection, run_id) if records else None
+    except (SQLAlchemyError, sqlite3.Error) as exc:  # the latter: the driver's own cursor
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         raise MetricsSourceError(
             f"cannot read MLflow run {run_id} at {shown_url(uri)}: {reason[0] if reason else exc}"
         ) from None
     return ReadBatch(
-        records=_records(rows), position=after, at_eof=complete, file_size=after.offset,
-        about=about,
-    )  # fmt: skip
+        records=records, position=after, at_eof=complete, file_size=after.offset, about=about
+    )
 
 
-def _after_rowid(connection: Any, run_id: str, after: int, limit: int) -> tuple[list[Any], int]:
-    rowid: Any = literal_column("rowid")
-    rows = connection.execute(
-        select(rowid, _metrics.c.key, _metrics.c.value, _metrics.c.timestamp,
-               _metrics.c.step, _metrics.c.is_nan)
-        .where(_metrics.c.run_uuid == run_id, rowid > after)
-        .order_by(rowid)
-        .limit(limit)
-    ).all()  # fmt: skip
-    return [row[1:] for row in rows], (rows[-1][0] if rows else after)
+# SQLite's rows go through the driver's own cursor: a SQLAlchemy Row per row costs
+# more than SQLite does (~0.2 s a million rows; docs/benchmarks.md, MLflow runs).
+# The batch's last rowid first (index only, in C), then its rows streamed into
+# records by rowid range: no rowid column per row, no list of a batch's rows.
+# Rows MLflow commits between the two statements get rowids past the table's
+# largest, so past `last`: the next batch's.
+_BATCH_END: Final = (
+    "SELECT count(*), max(rowid) FROM (SELECT rowid FROM metrics"
+    " WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?)"
+)
+_BATCH_ROWS: Final = (
+    'SELECT "key", value, timestamp, step, is_nan FROM metrics'
+    " WHERE run_uuid = ? AND rowid > ? AND rowid <= ? ORDER BY rowid"
+)
+
+
+def _after_rowid(
+    connection: Any, run_id: str, after: int, limit: int
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The records of the (at most `limit`) rows after rowid `after`, the last row's
+    rowid, and how many rows there were."""
+    cursor = connection.connection.cursor()
+    try:
+        count, last = cursor.execute(_BATCH_END, (run_id, after, limit)).fetchone()
+        if not count:
+            return [], after, 0
+        return _records(cursor.execute(_BATCH_ROWS, (run_id, after, last))), last, count
+    finally:
+        cursor.close()
 
 
 def _after_time(
@@ -180,13 +223,39 @@ def _after_time(
     return kept, ReadPosition(kept[-1][2], discarding=True), False
 
 
-def _records(rows: list[Any]) -> list[dict[str, Any]]:
-    steps: dict[int, dict[str, float]] = {}
-    times: dict[int, float] = {}
-    for key, value, timestamp, step, is_nan in rows:
-        steps.setdefault(step, {})[key] = float("nan") if is_nan else float(value)
-        times[step] = max(times.get(step, 0.0), timestamp / 1000)
-    return [build_record(step, values, timestamp=times[step]) for step, values in steps.items()]
+_NAN: Final = math.nan
+_NO_STEP: Final = object()
+
+
+def _records(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+    """One record per step of `rows` (key, value, timestamp, step, is_nan), in the order
+    the steps first appear; a key's later row wins; the record's time is its newest row's.
+
+    One pass that does per row only what the row needs: MLflow writes a `log_metrics`
+    call's rows (one step) one after the other, so a step's values and newest time are
+    looked up when the step changes, not on every row. A value is a float already
+    (MLflow's column is a double), NaN when `is_nan` says so.
+    """
+    steps: dict[Any, dict[str, float]] = {}
+    newest: dict[Any, int] = {}  # ms
+    step: Any = _NO_STEP
+    values: dict[str, float] = {}
+    latest = 0
+    for key, value, timestamp, row_step, is_nan in rows:
+        if row_step != step:
+            if step is not _NO_STEP:
+                newest[step] = latest
+            step = row_step
+            values = steps.setdefault(step, {})
+            latest = newest.get(step, 0)
+        values[key] = _NAN if is_nan else value
+        if timestamp > latest:
+            latest = timestamp
+    if step is not _NO_STEP:
+        newest[step] = latest
+    return [
+        build_record(step, values, timestamp=newest[step] / 1000) for step, values in steps.items()
+    ]
 
 
 def _about(connection: Any, run_id: str) -> dict[str, Any]:

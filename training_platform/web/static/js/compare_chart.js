@@ -11,6 +11,11 @@
 // The header has the run page's controls (chart_tools.js): a log y axis (remembered
 // per metric, as `compare:<key>`), a CSV of what the chart shows, and each run's
 // anomalies as markers coloured by severity, with the run's colour on the flag.
+//
+// During the view's replay (compare_replay.js) the chart shows each run only up to
+// the replay's x, and only the anomalies reached: uPlot gets the first points of its
+// columns, in the frame (x and y scales) of the whole data, so the lines grow into a
+// frame that does not move; without a replay, the whole data again.
 
 import { dropNonPositive, logScaleNote } from "./axis_ticks.js";
 import { logScaleWanted, seriesTitle, setLogScaleWanted } from "./chart_specs.js";
@@ -21,6 +26,7 @@ import { anomalyXs, compareCsv } from "./compare_controls.js";
 import {
   fmtCount, fmtDuration, lastPoint, mergeRuns, nearestPoint,
 } from "./compare_logic.js";
+import { cutData, cutMerged, prefixLength, reachedAnomalies } from "./compare_replay_logic.js";
 import { fmtNumber, fmtStep, h } from "./format.js";
 import { swatch } from "./run_labels.js";
 import { uPlot } from "./uplot_loader.js";
@@ -41,6 +47,7 @@ export class CompareChart {
    * @param key  the series ("group.field")
    * @param ctx  {syncKey, xMode(): "step" | "time" | "tokens", smoothed(): boolean,
    *              anomalies(jobId): [{step, severity, type, message, ...}],
+   *              replay(): the replay's x, or null (no replay: everything shown),
    *              onZoom(lo, hi), onReset(), onRemove(key)}
    */
   constructor(key, ctx) {
@@ -48,6 +55,10 @@ export class CompareChart {
     this.ctx = ctx;
     this.runs = [];
     this.merged = null;
+    this.shown = null; // merged, or its part the replay has reached (the legend's)
+    this.full = null; // uPlot's columns of the whole data
+    this.cutKey = null; // what the replay cut last drew (null: the whole data)
+    this.frame = null; // the whole data's scales, kept while the replay draws a part
     this.plot = null;
     this.signature = null;
     this.range = null;
@@ -80,6 +91,9 @@ export class CompareChart {
   update(runs) {
     this.runs = runs;
     this.merged = mergeRuns(runs, this.key);
+    this.shown = this.merged;
+    this.cutKey = null;
+    this.frame = null;
     const absent = runs.filter((run, r) => !this.merged.perRun[r].present.length);
     this.notes = { absent: absent.length ? `Not logged by ${absent.map((run) => run.label).join(", ")}.` : null, log: null };
     this.showNote();
@@ -91,25 +105,97 @@ export class CompareChart {
       this.signature = null;
       this.body.replaceChildren(...(hasData ? [h("p", { class: "chart-missing muted" },
         "No plot: the chart library did not load.")] : []));
-      this.showLegend(null);
+      this.showReplay();
       return;
     }
     const data = this.data();
+    this.full = data;
     const signature = [this.ctx.xMode(), this.log ? "log" : "linear",
       ...runs.map((run) => `${run.jobId}:${run.color}`)].join("|");
     if (signature !== this.signature || !this.plot) {
       if (this.plot) this.plot.destroy();
+      this.plot = null;
       this.body.replaceChildren();
       this.signature = signature;
       this.plot = new uPlot(this.options(), data, this.body);
       this.markers = h("div", { class: "markers" });
-      this.plot.over.append(this.markers);
+      this.head = h("div", { class: "replay-head", hidden: true }); // the replay's x
+      this.plot.over.append(this.markers, this.head);
       if (this.range) this.setRange(this.range);
     } else {
       this.plot.setData(data, !this.range);
       if (this.range) this.plot.setScale("x", { min: this.range[0], max: this.range[1] });
     }
+    this.showReplay();
+  }
+
+  /**
+   * Draw what the replay has reached (`ctx.replay()`, its x), or everything when no
+   * replay runs. Cheap when nothing new was reached: called on every frame of a replay.
+   */
+  showReplay() {
+    if (!this.merged) return;
+    const position = this.ctx.replay ? this.ctx.replay() : null;
+    this.placeHead(position);
+    if (position === null) {
+      if (this.cutKey === null) {
+        this.showLegend(null);
+        return;
+      }
+      this.cutKey = null;
+      this.frame = null;
+      this.shown = this.merged;
+      if (this.plot) {
+        this.plot.setData(this.full, !this.range);
+        if (this.range) this.plot.setScale("x", { min: this.range[0], max: this.range[1] });
+      }
+      this.showLegend(null);
+      return;
+    }
+    const k = prefixLength(this.merged.xs, position);
+    const key = `${k}:${this.reachedCount(position)}`;
+    if (key === this.cutKey) return;
+    this.cutKey = key;
+    this.shown = cutMerged(this.merged, k);
+    const u = this.plot;
+    if (u) {
+      if (!this.frame) {
+        // The whole data drawn once (not painted: the same task draws the part), for its scales.
+        u.batch(() => {
+          u.setData(this.full, !this.range);
+          if (this.range) u.setScale("x", { min: this.range[0], max: this.range[1] });
+        });
+        this.frame = { x: [u.scales.x.min, u.scales.x.max], y: [u.scales.y.min, u.scales.y.max] };
+      }
+      const [xMin, xMax] = this.frame.x;
+      const [yMin, yMax] = this.frame.y;
+      u.batch(() => {
+        u.setData(cutData(this.full, k), false);
+        u.setScale("x", { min: xMin, max: xMax });
+        if (yMin !== null && yMax !== null) u.setScale("y", { min: yMin, max: yMax });
+      });
+    }
     this.showLegend(null);
+  }
+
+  /** The replay's x as a thin line over the plot (moves every frame, between points too). */
+  placeHead(position) {
+    if (!this.plot || !this.head) return;
+    const { min, max } = this.plot.scales.x;
+    const inside = position !== null && position >= min && position <= max;
+    this.head.hidden = !inside;
+    if (inside) this.head.style.left = `${this.plot.valToPos(position, "x").toFixed(1)}px`;
+  }
+
+  /** How many anomalies of the chart's runs the replay has reached at `position`. */
+  reachedCount(position) {
+    if (!this.ctx.anomalies) return 0;
+    const mode = this.ctx.xMode();
+    let n = 0;
+    for (const run of this.runs) {
+      n += reachedAnomalies(anomalyXs(run, this.ctx.anomalies(run.jobId), mode), position).length;
+    }
+    return n;
   }
 
   /**
@@ -145,17 +231,18 @@ export class CompareChart {
 
   /** The CSV of what the chart shows (the zoomed x range only, when zoomed). */
   csv() {
-    return compareCsv(this.merged, this.runs, {
+    return compareCsv(this.shown, this.runs, {
       mode: this.ctx.xMode(), smoothed: this.ctx.smoothed(), range: this.range,
     });
   }
 
   downloadCsv() {
-    if (this.merged) downloadCsv(`compare_${this.key}`, this.csv());
+    if (this.shown) downloadCsv(`compare_${this.key}`, this.csv());
   }
 
   /** Redraw the anomaly markers (the view learnt of new anomalies). */
   showAnomalies() {
+    this.cutKey = this.cutKey === null ? null : "stale"; // a replay's count of reached ones changed
     if (this.plot) this.placeMarkers();
   }
 
@@ -165,9 +252,11 @@ export class CompareChart {
     if (!u || !this.markers || !this.ctx.anomalies) return;
     const { min, max } = u.scales.x;
     const mode = this.ctx.xMode();
+    const position = this.ctx.replay ? this.ctx.replay() : null;
     const nodes = [];
     for (const run of this.runs) {
-      for (const { x, anomaly } of anomalyXs(run, this.ctx.anomalies(run.jobId), mode)) {
+      const placed = anomalyXs(run, this.ctx.anomalies(run.jobId), mode);
+      for (const { x, anomaly } of reachedAnomalies(placed, position)) {
         if (nodes.length >= MAX_MARKERS) break;
         if (x < min || x > max) continue;
         nodes.push(anomalyMarker(anomaly, u.valToPos(x, "x"), {
@@ -213,7 +302,10 @@ export class CompareChart {
           const off = u.cursor.left === null || u.cursor.left < 0 || idx === null || idx === undefined;
           this.showLegend(off ? null : u.data[0][idx]);
         }],
-        draw: [() => this.placeMarkers()],
+        draw: [() => {
+          this.placeMarkers();
+          this.placeHead(this.ctx.replay ? this.ctx.replay() : null);
+        }],
       },
     };
   }
@@ -222,6 +314,13 @@ export class CompareChart {
   setRange(range) {
     this.range = range;
     if (!this.plot) return;
+    if (this.cutKey !== null) {
+      // Replaying: the frame of the whole data in the new range, then the part reached.
+      this.frame = null;
+      this.cutKey = "stale";
+      this.showReplay();
+      return;
+    }
     if (range) this.plot.setScale("x", { min: range[0], max: range[1] });
     else this.plot.setData(this.plot.data, true);
   }
@@ -233,16 +332,17 @@ export class CompareChart {
   }
 
   /**
-   * The legend at `x` (the cursor's x; null: each run's latest point): each run that
-   * has the metric, with its line's value and, when smoothed, the raw value or range.
+   * The legend at `x` (the cursor's x; null: each run's latest point, or the last one
+   * the replay reached): each run that has the metric, with its line's value and,
+   * when smoothed, the raw value or range.
    */
   showLegend(x) {
-    const { merged } = this;
+    const merged = this.shown;
     if (!merged) return;
     const mode = this.ctx.xMode();
     const smoothed = this.ctx.smoothed();
     const items = [h("span", { class: "cmp-legend-x" },
-      x === null ? "latest" : `${X_LABELS[mode]} ${fmtX(mode, x)}`)];
+      x === null ? (this.cutKey === null ? "latest" : "replay") : `${X_LABELS[mode]} ${fmtX(mode, x)}`)];
     this.runs.forEach((run, r) => {
       const points = merged.perRun[r];
       if (!points.present.length) return;

@@ -17,9 +17,13 @@
 // unknown run makes the API refuse the whole request (404 naming it): the message is
 // shown with a button to take that run out; a link naming more runs than a comparison
 // holds keeps the first 20 and says so.
+//
+// The replay bar (compare_replay.js) replays the runs together on the view's x axis,
+// from the data already held: the charts are cut at its position (compare_chart.js).
 
 import { ApiError, allAnomalies, api, enc } from "./api.js";
 import { CompareChart } from "./compare_chart.js";
+import { ReplayBar } from "./compare_replay.js";
 import { isSystemKey, systemApiQuery, systemRuns, systemUnion } from "./compare_system.js";
 import {
   MAX_RUNS, MAX_SMOOTHING, MAX_WINDOW, X_MODES, appendLive, chosenFields, clampSmoothing,
@@ -70,11 +74,17 @@ export class CompareView {
     this.redrawRuns = frameThrottle(() => this.showRuns());
     this.reloadSoon = debounce(() => this.load(), 500);
     this.reloadSmoothed = debounce(() => this.load(), 250);
+    this.replay = new ReplayBar({
+      runs: () => this.runs,
+      mode: () => this.state.x,
+      onMove: () => this.showReplay(),
+    });
     this.chartCtx = {
       syncKey: "compare",
       xMode: () => this.state.x,
       smoothed: () => Boolean(this.state.smoothing || this.state.window),
       anomalies: (jobId) => this.anomalies.get(jobId) || [],
+      replay: () => this.replay.position(),
       onZoom: (lo, hi) => this.zoom([lo, hi]),
       onReset: () => this.zoom(null),
       onRemove: (key) => this.setFields(this.shownFields().filter((k) => k !== key)),
@@ -95,6 +105,7 @@ export class CompareView {
 
   stop() {
     this.stopped = true;
+    this.replay.destroy();
     this.stopStreams();
     for (const chart of this.charts.values()) chart.destroy();
     this.charts.clear();
@@ -148,6 +159,7 @@ export class CompareView {
             .map((title) => h("th", {}, title)))),
           this.runsBody)),
       toolbar,
+      this.replay.root,
       this.grid,
       this.chartsNote,
       h("section", { class: "panel cmp-config-panel" }, h("h2", {}, "Config differences"), this.configPanel));
@@ -472,7 +484,13 @@ export class CompareView {
         onclick: () => this.removeRun(run.jobId) }, "remove")))));
   }
 
+  /** The replay moved: every chart cut at its position (or whole again). */
+  showReplay() {
+    for (const chart of this.charts.values()) chart.showReplay();
+  }
+
   drawCharts() {
+    this.replay.refresh(); // the runs (or the x axis) may have changed: so does the replay's span
     const fields = this.runs.length ? this.shownFields() : [];
     for (const [key, chart] of this.charts) {
       if (!fields.includes(key)) {
