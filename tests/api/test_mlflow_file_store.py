@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,20 +169,22 @@ def completed(messages: list[dict[str, Any]]) -> bool:
     )
 
 
-def test_values_logged_while_the_server_runs_stream_live(
-    settings: Settings, tmp_path: Path
+def stream_a_gated_run(
+    settings: Settings, uri: str, start: Callable[[], subprocess.Popen[str]], job_id: str
 ) -> None:
-    uri = (tmp_path / "mlruns").as_uri()
+    """A platform polling every 0.2 s; `start()` is an MLflow child that prints its run id
+    and logs steps 0-3 once released (a line on its stdin): registered, subscribed,
+    released, then every step arrives live, and the run's end ("completed")."""
     fast = live_settings(settings).model_copy(update={"ssh_poll_interval": 0.2})
     with live_server(fast) as server:
-        child = child_in_file_store(uri, range(4), pause=0.5, gate=True)
+        child = start()
         try:
             assert child.stdout is not None and child.stdin is not None
-            run_id = child.stdout.readline().strip()
-            body = {"job_id": "mf-live", "format": "mlflow", "tracking_uri": uri, "run_id": run_id}
+            run_id = child.stdout.readline().split()[0]
+            body = {"job_id": job_id, "format": "mlflow", "tracking_uri": uri, "run_id": run_id}
             answer = httpx.post(server.http_url("/api/jobs"), json=body, timeout=30)
             assert answer.status_code == 201, answer.text
-            with open_ws(server.ws_url("/api/monitoring/mf-live/live")) as ws:
+            with open_ws(server.ws_url(f"/api/monitoring/{job_id}/live")) as ws:
                 receive_until(ws, lambda got: bool(got), timeout=20)  # subscribed
                 child.stdin.write("go\n")
                 child.stdin.flush()
@@ -189,5 +192,14 @@ def test_values_logged_while_the_server_runs_stream_live(
                 status = receive_until(ws, completed, timeout=30)
         finally:
             child.communicate(timeout=120)
-        assert sorted(set(metric_steps(messages))) == [0, 1, 2, 3]
-        assert completed(status)  # receive_until stops at its timeout without failing
+    assert sorted(set(metric_steps(messages))) == [0, 1, 2, 3]
+    assert completed(status)  # receive_until stops at its timeout without failing
+
+
+def test_values_logged_while_the_server_runs_stream_live(
+    settings: Settings, tmp_path: Path
+) -> None:
+    uri = (tmp_path / "mlruns").as_uri()
+    stream_a_gated_run(
+        settings, uri, lambda: child_in_file_store(uri, range(4), pause=0.5, gate=True), "mf-live"
+    )

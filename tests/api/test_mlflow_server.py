@@ -19,12 +19,10 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.api.live_support import live_server, live_settings, metric_steps, open_ws, receive_until
-from tests.api.test_mlflow_file_store import completed
+from tests.api.test_mlflow_file_store import stream_a_gated_run
 from tests.api.test_mlflow_runs import check_run, logged, mlflow_child, register
 from tests.ingest.test_verl_file import stored, sync
 from training_platform.ingest.formats import mlflow_rest
@@ -149,23 +147,6 @@ def test_an_unreachable_server_or_unknown_run_is_said_on_the_job(
 
 
 def test_values_logged_while_the_server_runs_stream_live(settings: Settings, server: str) -> None:
-    fast = live_settings(settings).model_copy(update={"ssh_poll_interval": 0.2})
-    with live_server(fast) as platform:
-        child = mlflow_child(server, range(4), pause=0.5, gate=True)
-        try:
-            assert child.stdout is not None and child.stdin is not None
-            run_id = child.stdout.readline().split()[0]
-            body = {"job_id": "ms-live", "format": "mlflow", "tracking_uri": server,
-                    "run_id": run_id}  # fmt: skip
-            answer = httpx.post(platform.http_url("/api/jobs"), json=body, timeout=30)
-            assert answer.status_code == 201, answer.text
-            with open_ws(platform.ws_url("/api/monitoring/ms-live/live")) as ws:
-                receive_until(ws, lambda got: bool(got), timeout=20)  # subscribed
-                child.stdin.write("go\n")
-                child.stdin.flush()
-                messages = receive_until(ws, lambda got: 3 in metric_steps(got), timeout=60)
-                status = receive_until(ws, completed, timeout=30)
-        finally:
-            child.communicate(timeout=120)
-        assert sorted(set(metric_steps(messages))) == [0, 1, 2, 3]
-        assert completed(status)  # receive_until stops at its timeout without failing
+    stream_a_gated_run(
+        settings, server, lambda: mlflow_child(server, range(4), pause=0.5, gate=True), "ms-live"
+    )

@@ -181,3 +181,30 @@ def test_a_new_step_file_is_announced_live(
 
     announced = [(m["step"], m["count"]) for m in messages if m["type"] == "samples"]
     assert announced == [(1, 4), (2, 6)]
+
+
+def test_rollouts_dumped_by_verls_own_trainer_code_are_the_jobs_samples(
+    client: TestClient, tmp_path: Path
+) -> None:
+    ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
+    runs, rollouts = tmp_path / "runs", tmp_path / "rollout_data"
+    write_metrics(runs, "grpo7", 3)
+    # verl's RayPPOTrainer methods themselves (`trainer.rollout_data_dir`): only the
+    # dump executor's state is set up; nothing of Ray or a GPU is involved.
+    trainer = object.__new__(ray_trainer.RayPPOTrainer)
+    trainer._init_dump_executor()
+    trainer.global_steps = 3
+    trainer._dump_generations(
+        inputs=["What is 2+3?", "What is 2+3?"], outputs=["5", "The answer is 6"],
+        gts=["5", "5"], scores=[1.0, 0.0], reward_extra_infos_dict={"acc": [True, False]},
+        dump_path=str(rollouts),
+    )  # fmt: skip
+    trainer._shutdown_dump_executor()  # waits for the background write
+    body = {"job_id": "grpo7", "metrics_dir": str(runs), "rollout_dir": str(rollouts)}
+    assert client.post("/api/jobs", json=body).status_code == 201
+    assert client.post("/api/monitoring/grpo7/metrics/sync").status_code == 200
+    assert [s[:5] for s in samples(client, "grpo7")] == [
+        (3, 0, "What is 2+3?", "5", 1.0),
+        (3, 1, "What is 2+3?", "The answer is 6", 0.0),
+    ]
+    assert samples(client, "grpo7")[0][6] == {"gts": "5", "acc": True}

@@ -103,7 +103,12 @@ class LiveServer:
 def make_record(step: int, **overrides: Any) -> dict[str, Any]:
     """A record with every chart's series; `overrides` replace whole groups."""
     groups: dict[str, Any] = {
-        "loss": {"actor_loss": 2.0 - step * 0.001, "critic_loss": 1.0, "total_loss": 3.0},
+        # A value loss that learns (a flat one from the start is `loss_not_decreasing`).
+        "loss": {
+            "actor_loss": 2.0 - step * 0.001,
+            "critic_loss": max(1.0 - step * 0.001, 0.2),
+            "total_loss": 3.0,
+        },
         "reward": {"mean": 0.2 + step * 0.001, "min": -0.5, "max": 1.0, "std": 0.1},
         "kl": {"mean": 0.01, "max": 0.02},
         "gradient": {"actor_norm": 1.5, "critic_norm": 0.7},

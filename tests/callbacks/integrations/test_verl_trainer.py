@@ -270,9 +270,8 @@ def test_a_platform_callback_writes_the_same_files_as_the_tracking_backend(
         assert record["extra"]["rollout/sequences"] == 4
         assert "gen" in record["timing"]
     status = read_status(tmp_path / "grpo-toy_status.json")
-    # (current_step is not checked: the step-0 validation record makes the writer's
-    # steps_done() count the run as 0-based, 4 of 3, with the tracking backend too.)
-    assert (status["status"], status["total_steps"]) == ("completed", 3)
+    # 3 of 3, though the validation before training wrote a record at step 0.
+    assert (status["status"], status["current_step"], status["total_steps"]) == ("completed", 3, 3)
     run = read_status(tmp_path / "grpo-toy_run.json")
     assert (run["project"], run["name"], run["framework"]["name"]) == ("proj", "grpo-toy", "verl")
     assert run["config"]["algorithm"]["adv_estimator"] == "grpo"

@@ -262,16 +262,19 @@ class RecordWriter:
     def steps_done(self) -> int:
         """How many steps a finished run did, whichever base its loop counts from.
 
-        A 0-based loop (its lowest step was 0, or its last is ``total_steps - 1``)
-        did ``last + 1`` steps; a 1-based one (the HF Trainer's and verl's global
-        step) did ``last``. So a completed run of 700 steps shows 700 / 700.
+        A 0-based loop (its last step is ``total_steps - 1``, or, with no total
+        to tell, its lowest step was 0) did ``last + 1`` steps; a 1-based one (the
+        HF Trainer's and verl's global step) did ``last``. So a completed run of
+        700 steps shows 700 / 700, also when verl logged a validation at step 0
+        before its steps 1..700.
         """
         last = self.last_step
         if last is None:
             return 0
         total = self.status.get("total_steps")
-        zero_based = self._lowest_step == 0 or (total is not None and last + 1 == total)
-        return last + 1 if zero_based else last
+        if total is not None and last in (total, total - 1):
+            return total
+        return last + 1 if self._lowest_step == 0 else last
 
 
 class InlineSink:
