@@ -272,7 +272,7 @@ class RecordWriter:
         if last is None:
             return 0
         total = self.status.get("total_steps")
-        if total is not None and last in (total, total - 1):
+        if isinstance(total, int) and last in (total, total - 1):
             return total
         return last + 1 if self._lowest_step == 0 else last
 
