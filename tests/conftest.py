@@ -27,6 +27,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from tests.webhook_receiver import Receiver
 from training_platform.api.main import create_app
 from training_platform.settings import Settings
 from training_platform.store.database import make_engine, make_session_factory, migrate_to_head
@@ -225,3 +226,14 @@ def settings(database_url: str, metrics_dir: Path, tmp_path: Path) -> Settings:
 def client(settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on 127.0.0.1 (tests/webhook_receiver.py), stopped afterwards."""
+    server = Receiver()
+    server.thread.start()
+    yield server
+    server.release.set()
+    server.server.shutdown()
+    server.server.server_close()

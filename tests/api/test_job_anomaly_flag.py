@@ -7,8 +7,6 @@ webhook's `job_anomaly` event; the trainer's own flag stays in
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from tests.api.live_support import (
     receive_until,
     wait_for,
 )
+from tests.webhook_receiver import Receiver
 from training_platform.settings import Settings
 from training_platform.store.database import alembic_config, make_engine
 
@@ -67,86 +66,52 @@ def test_a_warning_does_not_mark_the_job(client: TestClient, run1: Path) -> None
     assert job["anomaly_detected"] is False and job["anomaly_reason"] is None
 
 
-class Hook:
-    """A webhook receiver on 127.0.0.1 keeping every JSON body posted to it."""
+def test_the_live_status_and_the_webhook_say_it_once(
+    settings: Settings, run1: Path, receiver: Receiver
+) -> None:
+    with live_server(live_settings(settings, webhook_url=receiver.url)) as server:
+        append_steps(run1, range(3))
+        httpx.post(server.http_url("/api/monitoring/run1/metrics/sync"), timeout=10)
+        with open_ws(server.ws_url("/api/monitoring/run1/live")) as ws:
+            receive_until(ws, lambda got: bool(got), timeout=20)  # subscribed
+            append_steps(run1, [3], kl={"mean": 7.0})
+            append_steps(run1, [4, 5], kl={"mean": 8.0})
 
-    def __init__(self) -> None:
-        posts: list[dict[str, Any]] = []
+            def flagged(got: list[dict[str, Any]]) -> bool:
+                return any(m["type"] == "status" and m["data"]["anomaly_detected"] for m in got)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.posts = posts
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        return [post for post in list(self.posts) if post["event"] == event]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def test_the_live_status_and_the_webhook_say_it_once(settings: Settings, run1: Path) -> None:
-    hook = Hook()
-    try:
-        with live_server(live_settings(settings, webhook_url=hook.url)) as server:
-            append_steps(run1, range(3))
-            httpx.post(server.http_url("/api/monitoring/run1/metrics/sync"), timeout=10)
-            with open_ws(server.ws_url("/api/monitoring/run1/live")) as ws:
-                receive_until(ws, lambda got: bool(got), timeout=20)  # subscribed
-                append_steps(run1, [3], kl={"mean": 7.0})
-                append_steps(run1, [4, 5], kl={"mean": 8.0})
-
-                def flagged(got: list[dict[str, Any]]) -> bool:
-                    return any(m["type"] == "status" and m["data"]["anomaly_detected"] for m in got)
-
-                messages = receive_until(ws, flagged, timeout=20)
-            assert wait_for(lambda: bool(hook.events("job_anomaly")))
-            httpx.post(server.http_url("/api/monitoring/run1/metrics/sync"), timeout=10)
-    finally:
-        hook.close()
+            messages = receive_until(ws, flagged, timeout=20)
+        assert wait_for(lambda: bool(receiver.events("job_anomaly")))
+        httpx.post(server.http_url("/api/monitoring/run1/metrics/sync"), timeout=10)
     status = next(
         m["data"] for m in messages if m["type"] == "status" and m["data"]["anomaly_detected"]
     )
     assert status["anomaly_reason"].startswith("kl_explosion at step 3")
     assert status["trainer_anomaly_detected"] is False
-    (event,) = hook.events("job_anomaly")  # once, though more critical incidents came
+    (event,) = receiver.events("job_anomaly")  # once, though more critical incidents came
     assert event["job_id"] == "run1" and event["anomaly_reason"].startswith("kl_explosion")
     assert event["trainer_anomaly_detected"] is False and event["status"] == status["status"]
-    assert len(hook.events("anomaly")) >= 1  # each incident is still told as before
+    assert len(receiver.events("anomaly")) >= 1  # each incident is still told as before
 
 
 def test_the_trainers_own_flag_reaches_the_webhook_too(
-    settings: Settings, metrics_dir: Path
+    settings: Settings, metrics_dir: Path, receiver: Receiver
 ) -> None:
     status_file = metrics_dir / "run2_status.json"
     running = {"status": "running", "current_step": 1, "total_steps": 10,
                "anomaly_detected": False, "anomaly_reason": None}  # fmt: skip
     status_file.write_text(json.dumps(running))
     append_steps(metrics_dir / "run2_metrics.jsonl", range(2))
-    hook = Hook()
-    try:
-        with live_server(live_settings(settings, webhook_url=hook.url)) as server:
-            sync_url = server.http_url("/api/monitoring/run2/metrics/sync")
-            httpx.post(sync_url, timeout=10)
-            flagged = {**running, "anomaly_detected": True, "anomaly_reason": "loss is NaN"}
-            status_file.write_text(json.dumps(flagged))
-            append_steps(metrics_dir / "run2_metrics.jsonl", [2])
-            httpx.post(sync_url, timeout=10)
-            assert wait_for(lambda: bool(hook.events("job_anomaly")))
-            job = httpx.get(server.http_url("/api/jobs/run2"), timeout=10).json()
-    finally:
-        hook.close()
-    (event,) = hook.events("job_anomaly")
+    with live_server(live_settings(settings, webhook_url=receiver.url)) as server:
+        sync_url = server.http_url("/api/monitoring/run2/metrics/sync")
+        httpx.post(sync_url, timeout=10)
+        flagged = {**running, "anomaly_detected": True, "anomaly_reason": "loss is NaN"}
+        status_file.write_text(json.dumps(flagged))
+        append_steps(metrics_dir / "run2_metrics.jsonl", [2])
+        httpx.post(sync_url, timeout=10)
+        assert wait_for(lambda: bool(receiver.events("job_anomaly")))
+        job = httpx.get(server.http_url("/api/jobs/run2"), timeout=10).json()
+    (event,) = receiver.events("job_anomaly")
     assert (event["anomaly_reason"], event["trainer_anomaly_detected"]) == ("loss is NaN", True)
     assert (job["anomaly_detected"], job["trainer_anomaly_detected"]) == (True, True)
 
@@ -183,7 +148,7 @@ def test_0018_marks_the_jobs_with_a_critical_anomaly_stored_before_it(
                 )  # fmt: skip
         command.upgrade(config, "head")
         with engine.connect() as connection:
-            marked = dict(
+            marked: dict[str, str | None] = dict(
                 connection.execute(text("SELECT job_id, critical_incident FROM jobs")).all()
             )
     finally:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -24,6 +22,7 @@ from tests.api.live_support import (
     record_line,
     wait_for,
 )
+from tests.webhook_receiver import Receiver
 from training_platform.callbacks.wire.lines import encode_record
 from training_platform.callbacks.wire.records import build_record
 from training_platform.settings import Settings
@@ -236,31 +235,16 @@ def test_manual_sync_racing_the_background_one_announces_each_record_once(
     assert synced <= total
 
 
-def test_the_configured_webhook_hears_of_each_new_anomaly(settings: Settings, run1: Path) -> None:
-    posts: list[dict[str, object]] = []
+def test_the_configured_webhook_hears_of_each_new_anomaly(
+    settings: Settings, run1: Path, receiver: Receiver
+) -> None:
+    with live_server(live_settings(settings, webhook_url=receiver.url)) as server:
+        append_steps(run1, range(3))
+        append_steps(run1, [3], kl={"mean": 7.0})
+        assert wait_for(lambda: bool(receiver.events("anomaly")))
+        httpx.post(server.http_url("/api/monitoring/run1/metrics/sync"), timeout=10)
 
-    class Hook(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{receiver.server_address[1]}/"
-    try:
-        with live_server(live_settings(settings, webhook_url=url)) as server:
-            append_steps(run1, range(3))
-            append_steps(run1, [3], kl={"mean": 7.0})
-            assert wait_for(lambda: bool(posts))
-            httpx.post(server.http_url("/api/monitoring/run1/metrics/sync"), timeout=10)
-    finally:
-        receiver.shutdown()
-        receiver.server_close()
-
+    posts = receiver.payloads()
     incidents = [post for post in posts if post["event"] == "anomaly"]
     assert [(p["job_id"], p["step"], p["type"], p["source"]) for p in incidents] == [
         ("run1", 3, "kl_explosion", "platform")

@@ -96,8 +96,7 @@ def register(client: TestClient, directory: Path, job_id: str, run: str) -> dict
 def test_a_trackio_run_is_read_in_place_exactly_once(
     client: TestClient, tmp_path: Path, project: Path
 ) -> None:
-    for part in project.parent.glob("rl.db*"):  # its write-ahead log too, if any
-        shutil.copy(part, tmp_path / part.name)  # grpo-1, and grpo-2: another run of it
+    copy_project(project, tmp_path)  # grpo-1, and grpo-2: another run of it
     job = register(client, tmp_path, "tk-grpo-1", "grpo-1")
     assert (job["format"], job["file"], job["source_run"]) == ("trackio", "rl.db", "grpo-1")
     assert sync(client, "tk-grpo-1")["new_metrics"] == 6

@@ -5,15 +5,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from tests.webhook_receiver import Receiver
 from training_platform.callbacks.detectors.config import AnomalyConfig
 from training_platform.callbacks.wire.lines import encode_record
 from training_platform.callbacks.wire.records import build_record
@@ -22,56 +19,6 @@ from training_platform.live.diagnostics import PlatformDiagnostics
 from training_platform.live.pipeline import LivePipeline
 from training_platform.live.webhooks import WebhookNotifier
 from training_platform.settings import Settings
-
-
-class Receiver:
-    """An HTTP server on 127.0.0.1 answering POSTs with scripted statuses."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        self.statuses: list[int] = []  # consumed one per request; 200 once empty
-        self.release = threading.Event()
-        self.release.set()
-        self.arrived = threading.Event()  # a request is in, maybe held by `release`
-        self.received = threading.Condition()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.arrived.set()
-                receiver.release.wait(10)
-                with receiver.received:
-                    receiver.requests.append((dict(self.headers), body))
-                    status = receiver.statuses.pop(0) if receiver.statuses else 200
-                    receiver.received.notify_all()
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def wait_for(self, count: int, timeout: float = 10.0) -> bool:
-        with self.received:
-            return self.received.wait_for(lambda: len(self.requests) >= count, timeout)
-
-    def payloads(self) -> list[dict[str, Any]]:
-        return [json.loads(body) for _, body in self.requests]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    server.thread.start()
-    yield server
-    server.release.set()
-    server.server.shutdown()
-    server.server.server_close()
 
 
 def notifier(url: str, **options: Any) -> WebhookNotifier:
