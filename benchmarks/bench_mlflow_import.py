@@ -13,7 +13,9 @@ side in one run:
 - **ours**: what `training-platform import mlflow.db` does: the run registered
   as an MLflow job in a fresh SQLite platform database and read to its end by
   the server's sync service (rows by `rowid`, grouped into one record per
-  step, stored with their rollups, each batch its own exactly-once transaction).
+  step, stored with their rollups, each batch its own exactly-once transaction;
+  a worker process reads the next batch while one is stored, so the ratio
+  depends on a second core being free).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from training_platform.ingest.formats.mlflow_store import stop_reading_ahead
 from training_platform.ingest.host_files import HostFiles
 from training_platform.ingest.lease_keeper import LeaseKeeper
 from training_platform.ingest.polling import PollRule
@@ -39,8 +40,10 @@ class Services:
     hub: LiveHub
 
     def close(self) -> None:
-        """Close the readers (SSH connections); the hub is stopped by its owner first."""
+        """Close the readers (SSH connections) and the read-ahead worker; the hub is
+        stopped by its owner first."""
         self.sync.close()
+        stop_reading_ahead()
         if self.pipeline.cluster is not None:
             self.pipeline.cluster.close()
 

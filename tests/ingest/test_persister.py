@@ -121,6 +121,31 @@ def test_rewritten_step_keeps_only_the_newest_record_and_its_anomalies(
         assert list_anomalies(session, job_id=JOB) == []
 
 
+def test_a_step_rewritten_with_other_groups_keeps_only_the_new_ones(
+    session_factory: sessionmaker[Session], metrics_dir: Path, metrics_file: Path
+) -> None:
+    # SQLite's rows are written without their NULL columns, one statement per
+    # layout: a batch mixes layouts, and a conflict must still clear the columns
+    # the new record leaves out.
+    full = {"reward": {"mean": 0.5}, "timing": {"gen": 2.0}, "extra": {"lr": 1e-5}}
+    write(
+        metrics_file,
+        *(line(step, **(full if step % 2 else {})) for step in range(1, 5)),
+        encode_record(build_record(5, {"kl": {"mean": 0.1}}, timestamp=1.0)),
+    )
+    sync(session_factory, metrics_dir)
+    rewritten = build_record(3, {"kl": {"mean": 0.2}}, timestamp=2.0)
+    write(metrics_file, encode_record(rewritten), line(4, **full))
+    sync(session_factory, metrics_dir)
+
+    records = {record["step"]: record for record in stored(session_factory)}
+    assert records[1]["reward"] == {"mean": 0.5} and records[1]["extra"] == {"lr": 1e-5}
+    assert "reward" not in records[2] and records[2]["loss"] == {"actor_loss": 1.0}
+    assert records[3] == {"step": 3, "timestamp": 2.0, "kl": {"mean": 0.2}}
+    assert records[4]["timing"] == {"gen": 2.0} and records[4]["loss"] == {"actor_loss": 1.0}
+    assert records[5] == {"step": 5, "timestamp": 1.0, "kl": {"mean": 0.1}}
+
+
 def test_big_batches_append_and_rewrite_exactly_once(
     session_factory: sessionmaker[Session], metrics_dir: Path, metrics_file: Path
 ) -> None:

@@ -126,17 +126,23 @@ def upsert_sql(
     keys: tuple[str, ...],
     paramstyle: str,
     source: str | None = None,
+    updated: tuple[str, ...] | None = None,
 ) -> str:
     """INSERT ... ON CONFLICT (keys) DO UPDATE the other columns, for a DBAPI cursor.
 
     The same text runs on SQLite and PostgreSQL (`paramstyle` "qmark" or
     "format"/"pyformat"). Hot paths hand rows to the driver directly:
     SQLAlchemy's per-row parameter processing cost more than the database.
-    With `source`, rows come from that (staging) table instead.
+    With `source`, rows come from that (staging) table instead. `updated`: the
+    columns a conflict sets (default: `columns`); one not inserted is set to
+    its default, so a row given without its NULL columns still replaces the
+    stored one whole.
     """
     quoted = ", ".join(f'"{column}"' for column in columns)
     updates = ", ".join(
-        f'"{column}" = excluded."{column}"' for column in columns if column not in keys
+        f'"{column}" = excluded."{column}"'
+        for column in (columns if updated is None else updated)
+        if column not in keys
     )
     if source is None:
         marker = "?" if paramstyle == "qmark" else "%s"

@@ -208,8 +208,10 @@ def test_a_detector_bug_costs_one_log_line_not_the_check(caplog: pytest.LogCaptu
         raise RuntimeError("bug")
 
     monitor.detectors[1].evaluate = broken  # type: ignore[method-assign]
-    for step in range(3):
-        found = monitor.check({"step": step, "loss": {"total_loss": math.nan}})
+    for step in range(3):  # a NaN KL: the KL detector's own `evaluate` judges it
+        found = monitor.check(
+            {"step": step, "loss": {"total_loss": math.nan}, "kl": {"mean": math.nan}}
+        )
         assert [a["type"] for a in found] == (["nan_inf"] if step == 0 else [])
     assert caplog.text.count("RuntimeError: bug") == 1
 

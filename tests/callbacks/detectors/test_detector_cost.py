@@ -484,8 +484,13 @@ def record_faults(
 ) -> None:
     """From `onset` on: KL spikes (some a hair either side of the threshold), a
     reward-hacking ramp (some to a KL just above its floor), losses that move
-    by exactly `loss_min_delta`, or odd values and groups."""
+    by exactly `loss_min_delta`, odd values and groups, or groups left out (another
+    tool's run logs some groups, some steps)."""
     step = record["step"]
+    if kind == "partial" and step >= onset:
+        for group in ("loss", "kl", "gradient", "extra", "reward"):
+            if rng.random() < 0.3:
+                record.pop(group, None)
     kls = record.get("kl")
     if step >= onset and kind == "kl" and isinstance(kls, dict) and rng.random() < 0.15:
         times = rng.choice([3.0, 12.0, 40.0])
@@ -532,6 +537,7 @@ def fused_and_one_by_one(seed: int, steps: int) -> tuple[list[Any], list[Any], s
             "quantized_wide",
             "odd",
             "entropy_grad",
+            "partial",
         ]
     )
     onset = rng.randint(60, steps - 100)
@@ -593,6 +599,28 @@ def test_a_healthy_record_reaches_no_detector_of_the_fused_path() -> None:
     """The fused path is the one taken: after the first values, a healthy
     verl PPO stream calls a detector's own `evaluate` at most on a few records."""
     monitor = AnomalyMonitor()
+    calls = _counted(monitor)
+    for step, metrics in metrics_stream(STREAMS[0], 1000):
+        record = build_record(step, metrics, timestamp=1.0e9 + step)
+        assert monitor.check(record, finite=True) == []
+        if step == 99:
+            calls.clear()  # the first values set the bounds
+    assert len(calls) < 100, Counter(calls)
+
+
+def test_a_record_without_the_rl_groups_reaches_no_detector_of_the_fused_path() -> None:
+    """Another tool's run whose keys are all its own (everything under `extra`):
+    no group a detector reads, so no detector's own `evaluate` is called."""
+    monitor = AnomalyMonitor()
+    calls = _counted(monitor)
+    for step in range(1000):
+        metrics = {f"group{k % 4}/series{k}": 0.001 * step * (k + 1) for k in range(20)}
+        assert monitor.check(build_record(step, metrics, timestamp=1.0e9 + step)) == []
+    assert Counter(calls) == {"nan_inf": 1000}  # the scan, stateless, reads every group
+
+
+def _counted(monitor: AnomalyMonitor) -> list[str]:
+    """Each call of a detector's own `evaluate` appends the detector's type."""
     calls: list[str] = []
     for detector in monitor.detectors:
         evaluate = detector.evaluate
@@ -604,12 +632,7 @@ def test_a_healthy_record_reaches_no_detector_of_the_fused_path() -> None:
             return evaluate(step, record)
 
         detector.evaluate = counting  # type: ignore[method-assign]
-    for step, metrics in metrics_stream(STREAMS[0], 1000):
-        record = build_record(step, metrics, timestamp=1.0e9 + step)
-        assert monitor.check(record, finite=True) == []
-        if step == 99:
-            calls.clear()  # the first values set the bounds
-    assert len(calls) < 100, Counter(calls)
+    return calls
 
 
 def test_a_disabled_detector_or_a_replaced_list_goes_one_detector_at_a_time() -> None:

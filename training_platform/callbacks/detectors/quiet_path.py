@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from training_platform.callbacks.detectors.findings import Anomaly, Detector, Finding, as_float
 from training_platform.callbacks.detectors.loss import LossPlateauDetector, LossSpikeDetector
@@ -39,6 +39,8 @@ from training_platform.callbacks.detectors.rl import (
     RewardHackingDetector,
 )
 from training_platform.callbacks.wire.schema import ENTROPY_KEYS, RESPONSE_LENGTH_KEYS
+
+_NO_LOSSES: Final[dict[str, Any]] = {}
 
 FusedCheck = Callable[[int, Mapping[str, Any], list[Anomaly]], None]
 """``(step, record, found)``: runs every detector but the NaN scan on `record`,
@@ -114,14 +116,16 @@ def fused_check(
             appends = kl_history.appends = kl_history.appends + 1
             if appends >= kl_history.due_at:
                 kl_history.take_point()
-        else:
+        elif kls is not None:  # no KL at all: `evaluate` returns at once
             exact(kl_detector, step, record, found)
 
         losses = record.get("loss")
-        if type(losses) is dict:
+        if type(losses) is dict or losses is None:
             if not total_watch.done:
                 note_run(record)  # the start rule's first step, as in its `evaluate`
-            losses_check(step, losses, found)
+            # No losses (another tool's run, HF between `logging_steps`): each rule
+            # only keeps a holding incident going, as its `evaluate` does.
+            losses_check(step, losses or _NO_LOSSES, found)
         else:
             exact(plateau, step, record, found)
             exact(spike, step, record, found)
@@ -160,7 +164,7 @@ def fused_check(
                         second_history.take_point()
             else:
                 exact(gradient, step, record, found)
-        else:
+        elif gradients is not None:  # no gradient group: `evaluate` returns at once
             exact(gradient, step, record, found)
 
         # entropy_collapse: no entropy, or one at least its quiet bound
@@ -179,7 +183,7 @@ def fused_check(
                 length = extra.get(key)
                 if length is not None:
                     break
-        else:
+        elif extra is not None:  # no extra group: no entropy, `evaluate` returns at once
             exact(entropy, step, record, found)
 
         # reward_hacking: three finite floats join the windows; once both are
@@ -203,7 +207,8 @@ def fused_check(
                     finding = hacking.verdict()
                     if finding is not None:
                         alert(hacking, step, finding, found)
-        else:
+        elif rewards is not None and kls is not None and extra is not None:
+            # (Without any of the three groups `evaluate` returns at once.)
             exact(hacking, step, record, found)
 
     def losses_check(step: int, losses: dict[str, Any], found: list[Anomaly]) -> None:

@@ -25,10 +25,8 @@ are strings in MLflow: numbers, booleans and JSON values are read as such.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -42,18 +40,27 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    case,
     create_engine,
+    null,
     select,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from training_platform.callbacks.wire.records import build_record
 from training_platform.errors import InvalidSourceError, MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
 from training_platform.ingest.formats.merged_steps import merged_metrics_kind
+from training_platform.ingest.formats.mlflow_rows import (
+    BatchRows,
+    batch_end,
+    read_rows_after,
+    records_of,
+    rows_until,
+)
 from training_platform.ingest.line_scanner import ReadBatch, ReadPosition
+from training_platform.ingest.read_ahead import ReadAhead
 
 ROW_BYTES: Final = 64  # a batch's rows: about max_bytes / ROW_BYTES
 LOOKBACK_MS: Final = 30_000
@@ -153,12 +160,12 @@ def read_run(position: ReadPosition, max_bytes: int, *, uri: str, run_id: str) -
     try:
         with engine.connect() as connection:
             if engine.dialect.name == "sqlite":
-                records, at, count = _after_rowid(connection, run_id, position.offset, limit)
+                records, at, count = _after_rowid(connection, uri, run_id, position.offset, limit)
                 after = ReadPosition(at)
                 complete = count < limit
             else:
                 rows, after, complete = _after_time(connection, run_id, position, limit)
-                records = _records(rows)
+                records = records_of(rows)
             about = _about(connection, run_id) if records else None
     except (SQLAlchemyError, sqlite3.Error) as exc:  # the latter: the driver's own cursor
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
@@ -170,35 +177,44 @@ def read_run(position: ReadPosition, max_bytes: int, *, uri: str, run_id: str) -
     )
 
 
-# SQLite's rows go through the driver's own cursor: a SQLAlchemy Row per row costs
-# more than SQLite does (~0.2 s a million rows; docs/benchmarks.md, MLflow runs).
-# The batch's last rowid first (index only, in C), then its rows streamed into
-# records by rowid range: no rowid column per row, no list of a batch's rows.
-# Rows MLflow commits between the two statements get rowids past the table's
-# largest, so past `last`: the next batch's.
-_BATCH_END: Final = (
-    "SELECT count(*), max(rowid) FROM (SELECT rowid FROM metrics"
-    " WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?)"
-)
-_BATCH_ROWS: Final = (
-    'SELECT "key", value, timestamp, step, is_nan FROM metrics'
-    " WHERE run_uuid = ? AND rowid > ? AND rowid <= ? ORDER BY rowid"
-)
+# A catch-up's batches of this many rows or more are read one ahead by a worker
+# process (`read_ahead.py`): below, its start would cost more than it saves.
+READ_AHEAD_ROWS: Final = 8192
+_read_ahead = ReadAhead()
 
 
-def _after_rowid(
-    connection: Any, run_id: str, after: int, limit: int
-) -> tuple[list[dict[str, Any]], int, int]:
-    """The records of the (at most `limit`) rows after rowid `after`, the last row's
-    rowid, and how many rows there were."""
+def _after_rowid(connection: Any, uri: str, run_id: str, after: int, limit: int) -> BatchRows:
+    """The batch of (at most `limit`) rows after rowid `after`: read ahead by the
+    worker, or inline. While the run is behind, the worker starts on the next batch
+    before this one is read (its start is hidden behind this batch's read and store)."""
+    source = (uri, run_id)
+    batch: BatchRows | None = _read_ahead.take(source, (after, limit))
+    if batch is not None:
+        _read_ahead_next(source, uri, run_id, batch[1], batch[2], limit)
+        return batch
     cursor = connection.connection.cursor()
     try:
-        count, last = cursor.execute(_BATCH_END, (run_id, after, limit)).fetchone()
-        if not count:
-            return [], after, 0
-        return _records(cursor.execute(_BATCH_ROWS, (run_id, after, last))), last, count
+        count, last = batch_end(cursor, run_id, after, limit)
+        _read_ahead_next(source, uri, run_id, last, count, limit)
+        return rows_until(cursor, run_id, after, last), last, count
     finally:
         cursor.close()
+
+
+def _read_ahead_next(
+    source: tuple[str, str], uri: str, run_id: str, last: int, count: int, limit: int
+) -> None:
+    """Start the worker on the batch after `last` if this one was full (and big)."""
+    if count < limit or limit < READ_AHEAD_ROWS:
+        _read_ahead.caught_up(source)
+    else:
+        path = str(make_url(uri).database)
+        _read_ahead.start(source, (last, limit), read_rows_after, path, run_id, last, limit)
+
+
+def stop_reading_ahead() -> None:
+    """Stop the read-ahead worker, if one runs (a server's close)."""
+    _read_ahead.stop()
 
 
 def _after_time(
@@ -207,8 +223,8 @@ def _after_time(
     """Rows by timestamp (see the module doc): `discarding` marks a catch-up."""
     since = position.offset if position.discarding else position.offset - LOOKBACK_MS
     rows = connection.execute(
-        select(_metrics.c.key, _metrics.c.value, _metrics.c.timestamp, _metrics.c.step,
-               _metrics.c.is_nan)
+        select(_metrics.c.key, case((_metrics.c.is_nan, null()), else_=_metrics.c.value),
+               _metrics.c.timestamp, _metrics.c.step)
         .where(_metrics.c.run_uuid == run_id, _metrics.c.timestamp > since)
         .order_by(_metrics.c.timestamp)
         .limit(limit + 1)
@@ -221,41 +237,6 @@ def _after_time(
     last = rows[-1][2]
     kept = [row for row in rows if row[2] < last] or rows  # one timestamp past the limit
     return kept, ReadPosition(kept[-1][2], discarding=True), False
-
-
-_NAN: Final = math.nan
-_NO_STEP: Final = object()
-
-
-def _records(rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
-    """One record per step of `rows` (key, value, timestamp, step, is_nan), in the order
-    the steps first appear; a key's later row wins; the record's time is its newest row's.
-
-    One pass that does per row only what the row needs: MLflow writes a `log_metrics`
-    call's rows (one step) one after the other, so a step's values and newest time are
-    looked up when the step changes, not on every row. A value is a float already
-    (MLflow's column is a double), NaN when `is_nan` says so.
-    """
-    steps: dict[Any, dict[str, float]] = {}
-    newest: dict[Any, int] = {}  # ms
-    step: Any = _NO_STEP
-    values: dict[str, float] = {}
-    latest = 0
-    for key, value, timestamp, row_step, is_nan in rows:
-        if row_step != step:
-            if step is not _NO_STEP:
-                newest[step] = latest
-            step = row_step
-            values = steps.setdefault(step, {})
-            latest = newest.get(step, 0)
-        values[key] = _NAN if is_nan else value
-        if timestamp > latest:
-            latest = timestamp
-    if step is not _NO_STEP:
-        newest[step] = latest
-    return [
-        build_record(step, values, timestamp=newest[step] / 1000) for step, values in steps.items()
-    ]
 
 
 def _about(connection: Any, run_id: str) -> dict[str, Any]:
