@@ -118,21 +118,28 @@ def test_bad_half_written_and_rewritten_metric_lines(
     uri, run_id, run_dir = copied(file_store, tmp_path)
     register(client, "mf-bad", uri, run_id)
     sync(client, "mf-bad")
+    check_bad_half_written_and_rewritten_lines(client, "mf-bad", run_dir)
+
+
+def check_bad_half_written_and_rewritten_lines(
+    client: TestClient, job_id: str, run_dir: Path
+) -> None:
+    """After a first sync of the 6-step run in `run_dir` (here or on an SSH host)."""
     loss = run_dir / "metrics" / "train" / "loss"
     with loss.open("ab") as file:  # a bad line, a good one, a line still being written
         file.write(b"not a metric line\n1795900892999 0.25 40\n1795900893000 0.5")
-    answer = sync(client, "mf-bad")
+    answer = sync(client, job_id)
     assert answer["lines_malformed"] == 1 and answer["new_metrics"] == 1
-    assert [record["step"] for record in stored(client, "mf-bad")][-1] == 40
+    assert [record["step"] for record in stored(client, job_id)][-1] == 40
     with loss.open("ab") as file:  # the writer finishes its line
         file.write(b" 41\n")
-    assert sync(client, "mf-bad")["new_metrics"] == 1
-    assert stored(client, "mf-bad")[-1]["loss"]["total_loss"] == 0.5
+    assert sync(client, job_id)["new_metrics"] == 1
+    assert stored(client, job_id)[-1]["loss"]["total_loss"] == 0.5
     # A metric file rewritten shorter (a restored copy): read again from its start.
     (run_dir / "metrics" / "actor" / "pg_loss").write_bytes(b"1795900893001 0.75 0\n")
-    answer = sync(client, "mf-bad")
+    answer = sync(client, job_id)
     assert answer["resets"] == 1 and answer["new_metrics"] == 1
-    records = stored(client, "mf-bad")
+    records = stored(client, job_id)
     assert records[0]["loss"]["actor_loss"] == 0.75 and len(records) == 8
     assert records[0]["loss"]["total_loss"] == 1.0  # the step's other key kept
 

@@ -81,7 +81,8 @@ class JobCreate(RequestBody):
         "files of the run directory, `metrics_dir` or `ssh.remote_dir`) or `trackio` (a run "
         "of a Trackio project database: `metrics_dir`, `project`, `run`) or `mlflow` (a run "
         "of an MLflow tracking database, file store or tracking server: `tracking_uri`, "
-        "`run_id`) or `wandb` (a W&B offline "
+        "`run_id`; or of a file store on an SSH host: `ssh`, its `remote_dir` the store's "
+        "`mlruns` directory, and `run_id`) or `wandb` (a W&B offline "
         "run directory, `offline-run-*`, holding `run-<id>.wandb`; `metrics_dir` or "
         "`ssh.remote_dir`); docs/contract.md, 'Runs logged by other tools'.",
     )
@@ -122,7 +123,8 @@ class JobCreate(RequestBody):
         default=None,
         min_length=1,
         max_length=255,
-        description="With `mlflow`: the run's id in that store.",
+        description="With `mlflow`: the run's id in that store (with `ssh`: in the file "
+        "store `ssh.remote_dir`).",
         examples=["151a458c3fa14e43ba3f6147cc5242e4"],
     )
 

@@ -2,7 +2,8 @@
 
 - Its metrics: the platform's `{job_id}_metrics.jsonl`, verl's file logger's
   `{job_id}.jsonl` (or the file named), a Trackio run in its project's
-  database, an MLflow run in its tracking database, or a TensorBoard run's
+  database, an MLflow run (its tracking database, server, or file store here or
+  on an SSH host, one kind per metric file), or a TensorBoard run's
   event files or a W&B offline run's transaction log, one kind each, found by
   listing its directory (a local `scandir`, or one SFTP listing per sync of
   an SSH job);
@@ -18,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -65,6 +67,8 @@ class JobKinds:
         self._event_files: dict[str, tuple[str, ...]] = {}  # job id -> as last listed
         # job id -> the kinds of what its tool logs beside metrics (Trackio's system rows)
         self._tool_kinds: dict[str, tuple[LineFileKind, ...]] = {}
+        # job id -> how its MLflow run's status is read (over its reader's connection)
+        self._run_statuses: dict[str, Callable[[], str | None]] = {}
         self._guard = threading.Lock()
 
     def metrics_kinds(self, job: Job, reader: MetricsReader) -> tuple[LineFileKind, ...]:
@@ -80,8 +84,12 @@ class JobKinds:
                 self._tool_kinds[job.job_id] = (system,)
             return (trackio_kind(job.metrics_dir, job.file, job.run),)
         if job.format == MLFLOW:
-            assert job.tracking_uri is not None and job.run is not None
-            return mlflow_kinds(job.tracking_uri, job.run)  # a database, files or a server
+            assert job.run is not None  # registration requires it
+            status = partial(mlflow_status, job.tracking_uri, job.run, reader)
+            with self._guard:
+                self._run_statuses[job.job_id] = status
+            # A database, files here or on an SSH host (no tracking_uri), or a server.
+            return mlflow_kinds(job.tracking_uri, job.run, reader)
         if job.format not in LISTED:
             kind = METRICS_KINDS.get(job.format, METRICS)
             return (kind if job.file is None else replace(kind, file=job.file),)
@@ -95,13 +103,15 @@ class JobKinds:
         kind_of = event_file_kind if job.format == TENSORBOARD else run_file_kind
         return tuple(kind_of(name) for name in names)
 
-    @staticmethod
-    def tool_status(job: Job, factory: sessionmaker[Session]) -> str | None:
+    def tool_status(self, job: Job, factory: sessionmaker[Session]) -> str | None:
         """The run's status as the tool that logs it says (MLflow's run status, W&B's
         exit record as stored), None where only its files tell (the status file, or
-        records coming and stopping)."""
-        if job.format == MLFLOW and job.tracking_uri is not None and job.run is not None:
-            return mlflow_status(job.tracking_uri, job.run)
+        records coming and stopping). MLflow's: after `metrics_kinds` in the same sync,
+        through the reader it was given."""
+        if job.format == MLFLOW:
+            with self._guard:
+                status = self._run_statuses.get(job.job_id)
+            return None if status is None else status()
         if job.format == WANDB:
             return exit_status(stored_ending(factory, job.job_id))
         return None
@@ -148,6 +158,7 @@ class JobKinds:
             self._event_files.pop(job_id, None)
             self._files.pop(job_id, None)
             self._tool_kinds.pop(job_id, None)
+            self._run_statuses.pop(job_id, None)
 
 
 def _listed_files(format: str, reader: MetricsReader) -> list[str]:

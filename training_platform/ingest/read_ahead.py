@@ -57,10 +57,7 @@ class ReadAhead:
         for next. `read` is a module's function, `args` plain values. While another
         source's read is under way, nothing is started (that batch is read inline);
         one of `source` itself is dropped first."""
-        with self._guard:
-            again = self._pending is not None and self._pending[0] == source
-        if again:
-            self.take(source, None)
+        self._drop_read_of(source)
         with self._guard:
             if self._pending is not None or self._taking:
                 return
@@ -97,13 +94,17 @@ class ReadAhead:
     def caught_up(self, source: Hashable) -> None:
         """`source` was read to its end: its read under way is dropped, and once no
         source has one, the worker goes."""
-        with self._guard:
-            behind = self._pending is not None and self._pending[0] == source
-        if behind:
-            self.take(source, None)
+        self._drop_read_of(source)
         with self._guard:
             if self._pending is None and not self._taking:
                 self._stop_worker()
+
+    def _drop_read_of(self, source: Hashable) -> None:
+        """A read under way for `source`, answered and dropped (the worker answers in order)."""
+        with self._guard:
+            pending = self._pending is not None and self._pending[0] == source
+        if pending:
+            self.take(source, None)
 
     def stop(self) -> None:
         """Stop the worker; a read under way is dropped."""

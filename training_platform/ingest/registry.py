@@ -109,9 +109,10 @@ def register_job(
 ) -> tuple[Job, bool]:
     """Register a job; returns (job, created). Same source again is a no-op.
 
-    An MLflow run (format "mlflow") is `tracking_uri` (a tracking database, a file
-    store or a tracking server) and `run` (its run id), with no directory
-    (`_register_tracked`).
+    An MLflow run (format "mlflow") is `run` (its run id) and `tracking_uri` (a
+    tracking database, a file store or a tracking server), with no directory
+    (`_register_tracked`), or `ssh` (a file store on an SSH host, `remote_dir` its
+    root: `_register_remote_store`).
 
     `file`: verl's file logger's file when it is not `{job_id}.jsonl` (a name
     in the directory). `project` and `run`: a Trackio run (format "trackio",
@@ -130,10 +131,13 @@ def register_job(
     """
     validate_job_id(job_id)
     if format == MLFLOW or tracking_uri is not None:
-        if (metrics_dir, ssh, rollout_dir, file, project) != (None,) * 5 or format != MLFLOW:
+        if (metrics_dir, rollout_dir, file, project) != (None,) * 4 or format != MLFLOW:
             raise InvalidSourceError(
-                "an MLflow run is 'tracking_uri' and 'run' (its run id), with format mlflow"
+                "an MLflow run is 'run_id' and either 'tracking_uri' or 'ssh' (a file store "
+                "on an SSH host), with format mlflow"
             )
+        if ssh is not None:
+            return _register_remote_store(session, settings, job_id, ssh, tracking_uri, run)
         return _register_tracked(session, settings, job_id, tracking_uri, run)
     if (metrics_dir is None) == (ssh is None):
         raise InvalidSourceError("give exactly one of 'metrics_dir' and 'ssh'")
@@ -174,16 +178,7 @@ def register_job(
             candidate.rollout_dir = str(rollouts)
     else:
         assert ssh is not None
-        try:
-            host = check_ssh_host(ssh.host)
-        except ValueError as exc:
-            raise InvalidSourceError(f"ssh.host: {exc}") from None
-        key = resolve_key_path(ssh.key_path, settings.ssh_key_dir)
-        candidate.source = "ssh"
-        candidate.ssh_host, candidate.ssh_port = host, ssh.port
-        candidate.ssh_username, candidate.ssh_key_path = ssh.username, str(key)
-        candidate.ssh_remote_dir = ssh.remote_dir
-        candidate.rollout_dir = ssh.remote_rollout_dir
+        _set_ssh_source(candidate, ssh, settings)
 
     job, created = _add_registered(session, candidate)
     if created and format == TRACKIO:  # shown as Trackio shows it, until a user renames it
@@ -198,7 +193,10 @@ def _register_tracked(
     polled, no directory of its own (source "tracking"). A file store must be a
     directory the settings let jobs live in; it is kept as its resolved file: URI."""
     if not tracking_uri or not run:
-        raise InvalidSourceError("format mlflow needs 'tracking_uri' and 'run_id'")
+        raise InvalidSourceError(
+            "format mlflow needs 'tracking_uri' and 'run_id' ('ssh' and 'run_id' for a "
+            "file store on an SSH host)"
+        )
     uri = check_tracking_uri(tracking_uri)
     if is_file_store(uri):
         root = allowed_directory(store_root(uri), "tracking_uri", settings)
@@ -210,6 +208,46 @@ def _register_tracked(
         format=MLFLOW, source="tracking", tracking_uri=uri, run=run,
     )  # fmt: skip
     return _add_registered(session, candidate)
+
+
+def _register_remote_store(
+    session: Session,
+    settings: Settings,
+    job_id: str,
+    ssh: SSHSource,
+    tracking_uri: str | None,
+    run: str | None,
+) -> tuple[Job, bool]:
+    """An MLflow run in a file store on an SSH host: `ssh.remote_dir` is the store
+    (`mlruns`), read over SFTP (`mlflow_sftp.py`), polled as every SSH job. Whether the
+    run is there is said on the job at its first sync (the host may be down now)."""
+    if tracking_uri is not None or ssh.remote_rollout_dir is not None:
+        raise InvalidSourceError(
+            "an MLflow file store on an SSH host is 'ssh' (its 'remote_dir' the store, "
+            "mlruns) and 'run_id', without 'tracking_uri' or 'ssh.remote_rollout_dir'"
+        )
+    if not run:
+        raise InvalidSourceError("format mlflow needs 'run_id'")
+    candidate = Job(
+        job_id=job_id, discovered=False, status="pending", anomaly_detected=False,
+        format=MLFLOW, run=check_run_id(run),
+    )  # fmt: skip
+    _set_ssh_source(candidate, ssh, settings)
+    return _add_registered(session, candidate)
+
+
+def _set_ssh_source(candidate: Job, ssh: SSHSource, settings: Settings) -> None:
+    """`candidate`'s source: `ssh`, its host and key checked (`InvalidSourceError`)."""
+    try:
+        host = check_ssh_host(ssh.host)
+    except ValueError as exc:
+        raise InvalidSourceError(f"ssh.host: {exc}") from None
+    key = resolve_key_path(ssh.key_path, settings.ssh_key_dir)
+    candidate.source = "ssh"
+    candidate.ssh_host, candidate.ssh_port = host, ssh.port
+    candidate.ssh_username, candidate.ssh_key_path = ssh.username, str(key)
+    candidate.ssh_remote_dir = ssh.remote_dir
+    candidate.rollout_dir = ssh.remote_rollout_dir
 
 
 def _add_registered(session: Session, candidate: Job) -> tuple[Job, bool]:

@@ -6,47 +6,49 @@ small file each, the value as text) and ``metrics/<key>`` (a key with ``/`` is
 nested directories), one line ``<timestamp ms> <value> <step>`` appended per
 logged value. Those metric files ARE line files, appended in place, so each is
 read like a TensorBoard event file (`tensorboard_files.py`): its own kind,
-``metrics.<key>``, with its own byte offset and fingerprint in `sync_state`;
-only whole lines, a half-written last one held back, a bad line counted and
-skipped, a truncated or replaced file read again from byte 0 (`scan_lines`).
-The kinds are listed afresh at each sync, so a key logged for the first time
-is read from then on; records of one step from several keys are merged into
-the stored step (`merged_steps.py`).
+``metrics.<key>``, with its own byte offset and fingerprint in `sync_state`
+(`mlflow_metric_lines.py`). The kinds are listed afresh at each sync, so a key
+logged for the first time is read from then on; records of one step from
+several keys are merged into the stored step (`merged_steps.py`).
 
-Why the job is a "tracking" job (polled like a tracking database) rather than a
-watched local directory: the files that change lie in subdirectories of the
-run directory, which the file watcher and the quiet-round signatures (one
-`stat` per top-level name) do not see. Polling costs one `stat`-sized read per
-metric file per poll while the run runs and stops when it has finished.
+Why the job is polled (like a tracking database) rather than watched: the files
+that change lie in subdirectories of the run directory, which the file watcher
+and the quiet-round signatures (one `stat` per top-level name) do not see.
+Polling costs one `stat`-sized read per metric file per poll while the run runs
+and stops when it has finished.
 
-Read on the server's machine only: a remote run is read through its tracking
-server (`mlflow_rest.py`). Symlinks are never followed inside the store (MLflow
-writes none), and the run id is checked before it becomes part of a path.
-Params, tags and the run name are read once per sync that stored records
-(the run's `about`); the status comes from ``meta.yaml``.
+The layout is read here once, through `StoreFiles`: this machine's file system
+(`LocalFiles`, a job of source "tracking") or an SSH host's, over SFTP
+(`mlflow_sftp.py`, a job of source "ssh"). Symlinks are never followed inside the
+store (MLflow writes none), listings are bounded (`MAX_EXPERIMENTS`, `MAX_FILES`,
+`MAX_DEPTH`), and the run id is checked before it becomes part of a path.
+Params, tags and the run name are read once per sync that stored records (the
+run's `about`); the status comes from ``meta.yaml``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import posixpath
 import re
 import stat
 import threading
-from collections.abc import Callable
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, Protocol
 from urllib.parse import unquote, urlsplit
 
-from training_platform.callbacks.wire.records import build_record
 from training_platform.errors import InvalidSourceError, MetricsSourceError
 from training_platform.ingest.file_kinds import LineFileKind
-from training_platform.ingest.formats.merged_steps import merged_metrics_kind
+from training_platform.ingest.formats.mlflow_metric_lines import failing_kind as failing_kind
+from training_platform.ingest.formats.mlflow_metric_lines import key_kind as key_kind
+from training_platform.ingest.formats.mlflow_metric_lines import metric_kinds, scan_metric_file
+from training_platform.ingest.formats.mlflow_metric_lines import records_of as records_of
 from training_platform.ingest.formats.mlflow_store import STATUSES, SYSTEM_TAGS
-from training_platform.ingest.line_scanner import MAX_ERRORS, ReadBatch, ReadPosition, scan_lines
+from training_platform.ingest.line_scanner import ReadBatch, ReadPosition
+
+# `failing_kind`, `key_kind` and `records_of` ("as": exported) are still imported from
+# here by the tracking server's reader (`mlflow_rest.py`).
 
 # MLflow's own rule for a run id (`_validate_run_id`): no path can hide in one.
 RUN_ID: Final = re.compile(r"[A-Za-z0-9][\w\-]{0,255}")
@@ -55,13 +57,73 @@ MAX_EXPERIMENTS: Final = 10_000  # directories of the store root looked at to fi
 MAX_FILES: Final = 256  # metric files per run (as TensorBoard's event files), params, tags
 MAX_DEPTH: Final = 8  # of a key's nested directories
 SMALL_FILE_BYTES: Final = 64 * 1024  # a param, a tag, meta.yaml: read whole up to this
-MAX_LINE_BYTES: Final = 4096  # a metric line is ~40 bytes (~160 with a dataset)
-KIND_NAME_LIMIT: Final = 255  # `sync_state.kind`
 # meta.yaml's `status`: MLflow's RunStatus numbers.
 RUN_STATUSES: Final = {1: "RUNNING", 2: "SCHEDULED", 3: "FINISHED", 4: "FAILED", 5: "KILLED"}
 
-_runs: dict[tuple[str, str], Path] = {}  # (store root, run id) -> its directory, as found
+_runs: dict[tuple[str, str], str] = {}  # (store root as `where` says it, run id) -> its directory
 _runs_guard = threading.Lock()
+
+
+class Entry(NamedTuple):
+    name: str
+    is_dir: bool  # a directory itself, not a symlink to one
+    is_file: bool  # a regular file itself, not a symlink to one
+
+
+class StoreFiles(Protocol):
+    """How a store's files are reached (paths are "/"-joined strings). Never through
+    a symlink at the last component; a listing shows a symlink as neither."""
+
+    def entries(self, directory: str) -> list[Entry] | None:
+        """What `directory` holds; None when it does not exist (or is not a directory).
+        `MetricsSourceError` when it cannot be listed."""
+
+    def is_file(self, path: str) -> bool:
+        """Whether `path` is a regular file (False: missing, unreadable, anything else)."""
+
+    def read_small(self, path: str, limit: int) -> bytes | None:
+        """Up to `limit` bytes of the regular file `path` (None: missing, not one)."""
+
+    def where(self, path: str) -> str:
+        """`path` as messages name it."""
+
+
+class LocalFiles:
+    """The file system of the server's machine."""
+
+    def entries(self, directory: str) -> list[Entry] | None:
+        try:
+            with os.scandir(directory) as found:
+                return [Entry(entry.name, entry.is_dir(follow_symlinks=False),
+                              entry.is_file(follow_symlinks=False)) for entry in found]  # fmt: skip
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise MetricsSourceError(f"cannot list {directory}: {exc.strerror or exc}") from None
+
+    def is_file(self, path: str) -> bool:
+        try:
+            return stat.S_ISREG(os.lstat(path).st_mode)
+        except OSError:
+            return False
+
+    def read_small(self, path: str, limit: int) -> bytes | None:
+        try:  # O_NONBLOCK: a FIFO swapped in is not waited on (and not read: fstat)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def where(self, path: str) -> str:
+        return path
+
+
+LOCAL: Final = LocalFiles()
 
 
 def is_file_store(uri: str) -> bool:
@@ -86,141 +148,57 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def run_directory(root: str, run_id: str) -> Path:
-    """`<root>/<experiment>/<run_id>/`, the one holding a meta.yaml (found once, kept
+def run_directory(files: StoreFiles, root: str, run_id: str) -> str:
+    """`<root>/<experiment>/<run_id>`, the one holding a meta.yaml (found once, kept
     while it is there); `MetricsSourceError` when no experiment holds the run."""
-    key = (root, run_id)
+    key = (files.where(root), run_id)
     with _runs_guard:
         found = _runs.get(key)
-    if found is not None and _is_file(found / META):
+    if found is not None and files.is_file(posixpath.join(found, META)):
         return found
     check_run_id(run_id)
-    try:
-        with os.scandir(root) as entries:
-            experiments = [
-                entry.name
-                for _, entry in zip(range(MAX_EXPERIMENTS), entries, strict=False)
-                if entry.is_dir(follow_symlinks=False)
-            ]
-    except OSError as exc:
-        raise MetricsSourceError(
-            f"cannot read MLflow file store {root}: {exc.strerror or exc}"
-        ) from None
+    listed = files.entries(root)
+    if listed is None:
+        raise MetricsSourceError(f"cannot read MLflow file store {key[0]}: no such directory")
+    experiments = sorted(entry.name for entry in listed[:MAX_EXPERIMENTS] if entry.is_dir)
     # `.trash` holds deleted experiments, whose runs MLflow still reads.
-    for experiment in sorted(experiments):
-        candidate = Path(root, experiment, run_id)
-        if _is_file(candidate / META):
+    for experiment in experiments:
+        candidate = posixpath.join(root, experiment, run_id)
+        if files.is_file(posixpath.join(candidate, META)):
             with _runs_guard:
                 _runs[key] = candidate
             return candidate
-    raise MetricsSourceError(f"MLflow run {run_id} is not in the file store {root}")
+    message = f"MLflow run {run_id} is not in the file store {key[0]}"
+    if not any(files.is_file(posixpath.join(root, name, META)) for name in experiments[:16]):
+        message += " (no experiment directory with a meta.yaml: is it MLflow's mlruns?)"
+    raise MetricsSourceError(message)
 
 
-def _is_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def listed_files(directory: Path) -> list[str]:
+def listed_files(files: StoreFiles, directory: str) -> list[str]:
     """The regular files under `directory` as MLflow keys (``a/b`` for a nested one),
     sorted; symlinks skipped, at most `MAX_FILES` and `MAX_DEPTH` levels."""
     found: list[str] = []
-    pending: list[tuple[Path, str, int]] = [(directory, "", 0)]
+    pending: list[tuple[str, str, int]] = [(directory, "", 0)]
     while pending and len(found) < MAX_FILES:
         path, prefix, depth = pending.pop()
-        try:
-            with os.scandir(path) as entries:
-                listed = [(entry.name, entry.is_dir(follow_symlinks=False),
-                           entry.is_file(follow_symlinks=False)) for entry in entries]  # fmt: skip
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # not logged yet
-        except OSError as exc:
-            raise MetricsSourceError(f"cannot list {path}: {exc.strerror or exc}") from None
-        for name, is_dir, is_file in sorted(listed):
+        listed = files.entries(path)
+        for name, is_dir, is_file in sorted(listed or ()):  # None: not logged yet
             if is_file:
                 found.append(prefix + name)
             elif is_dir and depth < MAX_DEPTH:
-                pending.append((path / name, f"{prefix}{name}/", depth + 1))
+                pending.append((posixpath.join(path, name), f"{prefix}{name}/", depth + 1))
     return sorted(found[:MAX_FILES])
 
 
-def read_small(path: Path) -> str | None:
+def read_text(files: StoreFiles, path: str) -> str | None:
     """A param, a tag or meta.yaml, whole (None: gone, too big, a symlink, not text)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, SMALL_FILE_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > SMALL_FILE_BYTES:
+    data = files.read_small(path, SMALL_FILE_BYTES + 1)
+    if data is None or len(data) > SMALL_FILE_BYTES:
         return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-
-
-def read_metric_file(
-    position: ReadPosition, max_bytes: int, *, path: Path, key: str, about: Callable[[], Any]
-) -> ReadBatch:
-    """The values of one metric file after `position`, one record per step."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return ReadBatch(records=[], position=position)  # deleted meanwhile: nothing new
-    except OSError as exc:
-        raise MetricsSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise MetricsSourceError(f"{path} is not a regular file")
-        batch = scan_lines(
-            lambda offset, size: os.pread(fd, size, offset), info.st_size, position,
-            max_line_bytes=MAX_LINE_BYTES, max_bytes=max_bytes, decode=_metric_line,
-        )  # fmt: skip
-    except OSError as exc:
-        raise MetricsSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    batch.records = records_of(key, batch.records, batch.errors)
-    if batch.records:
-        batch.about = about()
-    return batch
-
-
-def _metric_line(line: bytes) -> dict[str, Any]:
-    """``<timestamp ms> <value> <step>`` (older stores: no step; newer: a dataset after)."""
-    parts = line.decode("ascii").split()
-    if len(parts) not in (2, 3, 5):
-        raise ValueError(f"{len(parts)} fields, expected 2, 3 or 5")
-    step = int(parts[2]) if len(parts) > 2 else 0
-    if step < 0:
-        raise ValueError(f"negative step {step}")
-    return {"step": step, "timestamp": int(parts[0]) / 1000, "value": float(parts[1])}
-
-
-def records_of(key: str, values: list[dict[str, Any]], errors: list[str]) -> list[dict[str, Any]]:
-    """One record per step (the step's last value of `key`), the trainers' key mapping;
-    a step the record rules refuse is noted in `errors` and left out."""
-    steps: dict[int, tuple[float, float]] = {}
-    for logged in values:
-        earlier = steps.get(logged["step"])
-        when = logged["timestamp"] if earlier is None else max(earlier[1], logged["timestamp"])
-        steps[logged["step"]] = (logged["value"], when)
-    records = []
-    for step, (number, when) in steps.items():
-        try:
-            records.append(build_record(step, {key: number}, timestamp=when))
-        except ValueError as exc:
-            if len(errors) < MAX_ERRORS:
-                errors.append(f"{key} step {step}: {exc}"[:200])
-    return records
 
 
 def about_of(params: dict[str, str], tags: dict[str, str], name: str | None) -> dict[str, Any]:
@@ -246,11 +224,11 @@ def param_value(value: str) -> Any:
     return parsed if isinstance(parsed, int | float | bool | list | dict) else value
 
 
-def run_meta(run_dir: Path) -> dict[str, str]:
+def read_meta(files: StoreFiles, directory: str) -> dict[str, str]:
     """meta.yaml's top-level scalars. MLflow writes it with `yaml.safe_dump`: plain,
     'single' or "double" quoted values, long ones folded onto indented lines. Read
     here by hand: the server does not depend on a YAML library for four fields."""
-    text = read_small(run_dir / META) or ""
+    text = read_text(files, posixpath.join(directory, META)) or ""
     meta: dict[str, str] = {}
     last = None
     for line in text.splitlines():
@@ -261,6 +239,11 @@ def run_meta(run_dir: Path) -> dict[str, str]:
         if colon and name.isidentifier():
             meta[name], last = value.strip(), name
     return {name: _scalar(value) for name, value in meta.items()}
+
+
+def run_meta(directory: Path | str) -> dict[str, str]:
+    """`read_meta` of a directory on this machine (a run's, or an experiment's)."""
+    return read_meta(LOCAL, str(directory))
 
 
 def _scalar(value: str) -> str:
@@ -274,64 +257,70 @@ def _scalar(value: str) -> str:
     return value
 
 
-def read_about(run_dir: Path) -> dict[str, Any]:
+def read_about(files: StoreFiles, run_dir: str) -> dict[str, Any]:
     def values(folder: str) -> dict[str, str]:
         found = {}
-        for key in listed_files(run_dir / folder):
-            text = read_small(run_dir / folder / key)
+        for key in listed_files(files, posixpath.join(run_dir, folder)):
+            text = read_text(files, posixpath.join(run_dir, folder, key))
             if text is not None:
                 found[key] = text
         return found
 
-    return about_of(values("params"), values("tags"), run_meta(run_dir).get("run_name"))
+    return about_of(values("params"), values("tags"), read_meta(files, run_dir).get("run_name"))
 
 
-def file_store_status(uri: str, run_id: str) -> str | None:
+def store_status(files: StoreFiles, root: str, run_id: str) -> str | None:
     """The job status of the run's meta.yaml status (None: not found, or unknown)."""
     try:
-        run_dir = run_directory(store_root(uri), run_id)
+        run_dir = run_directory(files, root, run_id)
     except (MetricsSourceError, InvalidSourceError):
         return None  # the metrics read says what is wrong
-    number = run_meta(run_dir).get("status", "")
+    number = read_meta(files, run_dir).get("status", "")
     name = RUN_STATUSES.get(int(number)) if number.isdigit() else number.upper()
     return None if name is None else STATUSES.get(name)
 
 
-def failing_kind(message: str) -> LineFileKind:
-    """The job's metrics kind when its run cannot be reached: its read raises
-    `message`, so the sync says it on the job (`last_sync_error`)."""
-
-    def fail(position: ReadPosition, max_bytes: int) -> ReadBatch:
-        raise MetricsSourceError(message)
-
-    return merged_metrics_kind(query=fail)
+def run_and_keys(files: StoreFiles, root: str, run_id: str) -> tuple[str, list[str]]:
+    """The run's directory and its metric keys, as listed now."""
+    run_dir = run_directory(files, root, run_id)
+    return run_dir, listed_files(files, posixpath.join(run_dir, "metrics"))
 
 
-def key_kind(key: str, read: Callable[[ReadPosition, int], ReadBatch]) -> LineFileKind:
-    """The kind of one metric key, `metrics.<key>`, with its own `sync_state` row."""
-    name = f"metrics.{key}"
-    if len(name) > KIND_NAME_LIMIT:  # MLflow allows 250-character keys
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]  # stable across restarts
-        name = f"{name[: KIND_NAME_LIMIT - 17]}#{digest}"
-    return replace(merged_metrics_kind(file=key, query=read), name=name)
+def file_store_status(uri: str, run_id: str) -> str | None:
+    try:
+        root = store_root(uri)
+    except InvalidSourceError:
+        return None
+    return store_status(LOCAL, root, run_id)
 
 
 def file_store_kinds(uri: str, run_id: str) -> tuple[LineFileKind, ...]:
-    """One kind per metric file of the run, in key order."""
+    """One kind per metric file of the run on this machine, in key order."""
     try:
-        run_dir = run_directory(store_root(uri), run_id)
-        keys = listed_files(run_dir / "metrics")
+        run_dir, keys = run_and_keys(LOCAL, store_root(uri), run_id)
     except (MetricsSourceError, InvalidSourceError) as exc:
         return (failing_kind(str(exc)),)
-    about: dict[str, Any] = {}
+    metrics = posixpath.join(run_dir, "metrics")
+    return metric_kinds(metrics, keys, read_metric_file, lambda: read_about(LOCAL, run_dir))
 
-    def about_once() -> Any:  # params and tags: read once per sync, when it stores records
-        if not about:
-            about.update(read_about(run_dir))
-        return dict(about)
 
-    metrics = run_dir / "metrics"
-    return tuple(
-        key_kind(key, partial(read_metric_file, path=metrics / key, key=key, about=about_once))
-        for key in keys
-    )
+def read_metric_file(path: str, key: str, position: ReadPosition, max_bytes: int) -> ReadBatch:
+    """The values of the metric file `path` on this machine after `position`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return ReadBatch(records=[], position=position)  # deleted meanwhile: nothing new
+    except OSError as exc:
+        raise MetricsSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise MetricsSourceError(f"{path} is not a regular file")
+        return scan_metric_file(
+            lambda offset, size: os.pread(fd, size, offset), info.st_size, position, max_bytes,
+            key=key,
+        )  # fmt: skip
+    except OSError as exc:
+        raise MetricsSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
