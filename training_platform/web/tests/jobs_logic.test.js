@@ -130,6 +130,14 @@ describe("sourceLabel", () => {
     assert.equal(sourceLabel({ source: "ssh", ssh: { host: "gpu-3" }, format: "platform" }), "ssh gpu-3");
     assert.equal(sourceLabel({ source: "local", format: "tensorboard" }), "TensorBoard · local");
     assert.equal(sourceLabel({ source: "tracking", format: "mlflow" }), "MLflow · tracking database");
+    assert.equal(sourceLabel({ source: "tracking", format: "mlflow", tracking_uri: "sqlite:////d/m.db" }),
+      "MLflow · tracking database");
+    assert.equal(sourceLabel({ source: "tracking", format: "mlflow", tracking_uri: "file:///d/mlruns" }),
+      "MLflow · file store");
+    assert.equal(sourceLabel({ source: "tracking", format: "mlflow", tracking_uri: "http://127.0.0.1:5000" }),
+      "MLflow · tracking server");
+    assert.equal(sourceLabel({ source: "ssh", ssh: { host: "gpu-3" }, format: "mlflow" }), "MLflow · ssh gpu-3");
+    assert.equal(sourceLabel({ source: "local", format: "wandb" }), "W&B · local");
     assert.equal(sourceLabel({ source: "local" }), "local"); // an older server: no format
   });
 });

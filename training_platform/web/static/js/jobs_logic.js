@@ -161,15 +161,23 @@ export function storedTitle(figures) {
     : base;
 }
 
-const TOOLS = { verl_file: "verl file logger", tensorboard: "TensorBoard", trackio: "Trackio", mlflow: "MLflow" };
+const TOOLS = { verl_file: "verl file logger", tensorboard: "TensorBoard", trackio: "Trackio", mlflow: "MLflow",
+  wandb: "W&B" };
+
+/** What an MLflow run's tracking URI names: a server, a file store or a database. */
+function trackingStore(uri) {
+  if (/^https?:/.test(uri ?? "")) return "tracking server";
+  if (/^(file:|\/)/.test(uri ?? "")) return "file store";
+  return "tracking database";
+}
 
 /**
  * The source column's text: where the run's records are read (this machine, an SSH
- * host, a tracking database) and, for a run logged by another tool, which tool.
+ * host, an MLflow tracking store) and, for a run logged by another tool, which tool.
  */
 export function sourceLabel(job) {
   const where = job.source === "ssh" && job.ssh ? `ssh ${job.ssh.host}`
-    : job.source === "tracking" ? "tracking database" : "local";
+    : job.source === "tracking" ? trackingStore(job.tracking_uri) : "local";
   const tool = TOOLS[job.format];
   return tool ? `${tool} · ${where}` : where;
 }

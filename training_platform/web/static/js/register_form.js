@@ -3,8 +3,9 @@
 // platform's callback files, verl's file logger (with its file's name when it is
 // not the job id's), a TensorBoard run directory or a W&B offline run (a directory
 // on the server's machine), a Trackio run (Trackio's directory, project and run) or
-// an MLflow run (tracking database URI and run id; no directory) (docs/contract.md,
-// "Runs logged by other tools"). SSH sources stay with the API for now.
+// an MLflow run (its tracking URI -- a database, a file store or a tracking server --
+// and run id; no directory) (docs/contract.md, "Runs logged by other tools"). SSH
+// sources stay with the API for now.
 //
 // Like the run editor, it lives outside the jobs table that is redrawn on refresh.
 
@@ -17,7 +18,7 @@ export const FORMATS = [
   ["tensorboard", "TensorBoard (the directory's events.out.tfevents.* files)"],
   ["wandb", "W&B offline run (an offline-run-* directory)"],
   ["trackio", "Trackio (its directory, a project and a run)"],
-  ["mlflow", "MLflow (a tracking database and a run id)"],
+  ["mlflow", "MLflow (a tracking URI and a run id)"],
 ];
 
 // Which fields each format takes besides the job id (the rest are hidden).
@@ -39,7 +40,7 @@ export function registerBody({ jobId, format, ...values }) {
     directory: "A directory on the server's machine is needed.",
     project: "Trackio's project is needed.",
     run: "The run's name in that project is needed.",
-    trackingUri: "The MLflow tracking database (sqlite:///… or postgresql://…) is needed.",
+    trackingUri: "The MLflow tracking URI (sqlite:///…, postgresql://…, file:///…/mlruns or http://…) is needed.",
     runId: "The MLflow run id is needed.",
   };
   const lacking = fields.find((key) => key !== "file" && !given[key]);
@@ -58,8 +59,8 @@ const INPUTS = {
     "verl names it after the experiment; empty: {job id}.jsonl."],
   project: ["register-project", "Trackio project", "math-grpo", "Its database is {project}.db there."],
   run: ["register-run", "Trackio run", "brisk-sun-3", "The run's name in that project."],
-  trackingUri: ["register-tracking-uri", "Tracking database", "sqlite:////data/mlflow.db",
-    "MLflow's store: sqlite:///<file> or postgresql://…"],
+  trackingUri: ["register-tracking-uri", "Tracking URI", "sqlite:////data/mlflow.db",
+    "MLflow's store: sqlite:///<file>, postgresql://…, file:///<mlruns> or http(s)://<server>"],
   runId: ["register-run-id", "Run id", "151a458c3fa14e43ba3f6147cc5242e4", "The MLflow run's id."],
 };
 
