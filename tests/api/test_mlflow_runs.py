@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from tests.api.live_support import live_server, live_settings, metric_steps, open_ws, receive_until
 from tests.ingest.test_verl_file import stored, sync
 from training_platform.api.main import create_app
+from training_platform.ingest.formats import mlflow_rows
 from training_platform.settings import Settings
 
 pytest.importorskip("mlflow")
@@ -108,11 +109,16 @@ def test_an_mlflow_run_in_a_sqlite_store(
 
 
 def test_batches_cut_within_a_step_store_each_step_once_and_whole(
-    settings: Settings, tmp_path: Path, sqlite_store: tuple[Path, str]
+    settings: Settings,
+    tmp_path: Path,
+    sqlite_store: tuple[Path, str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     shutil.copy(sqlite_store[0], tmp_path / "mlflow.db")
     uri, run_id = f"sqlite:///{tmp_path}/mlflow.db", sqlite_store[1]
-    # 5 rows a batch, 4 rows (keys) a step: most steps begin in one batch, end in the next.
+    # 5 rows a batch, 4 rows (keys) a step: most steps begin in one batch, end in the
+    # next, as a step too long to finish within the batch's look-ahead is.
+    monkeypatch.setattr(mlflow_rows, "STEP_LOOKAHEAD", 2)
     small = settings.model_copy(update={"sync_batch_bytes": 5 * 64})
     with TestClient(create_app(small)) as client:
         register(client, "ml-cut", uri, run_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,8 +19,8 @@ from fastapi.testclient import TestClient
 from tests.ingest.test_verl_file import sync
 from training_platform.api.main import create_app
 from training_platform.ingest import read_ahead
-from training_platform.ingest.formats import mlflow_store
-from training_platform.ingest.formats.mlflow_rows import read_rows_after
+from training_platform.ingest.formats import mlflow_rows, mlflow_store
+from training_platform.ingest.formats.mlflow_rows import batch_end, read_rows_after
 from training_platform.ingest.read_ahead import ReadAhead
 from training_platform.settings import Settings
 
@@ -125,6 +126,9 @@ def import_run(settings: Settings, uri: str, run_id: str) -> list[dict[str, Any]
         while not sync(client, "big")["at_eof"]:
             pass
         assert sync(client, "big")["new_metrics"] == 0
+        # Each step in one batch (cuts fall between steps): stored and counted once.
+        job = client.get("/api/jobs/big").json()
+        assert job["sync"]["records_ingested"] == STEPS
         records: list[dict[str, Any]] = client.get(
             "/api/monitoring/big/metrics", params={"limit": 5000}
         ).json()["metrics"]
@@ -194,7 +198,7 @@ def test_a_failed_or_unwanted_read_is_read_inline_and_the_worker_goes_on(
         assert ahead.take("other", (0, 10)) is None
         records, last, count = ahead.take("run", (0, 10))
         assert last > 0
-        assert count == 10 and [record["step"] for record in records] == [0]
+        assert count == KEYS and [record["step"] for record in records] == [0]  # step 0 whole
         assert len(workers) == 1 and workers[0].poll() is None
         ahead.caught_up("run")
         assert workers[0].poll() is not None
@@ -210,3 +214,35 @@ def test_without_a_worker_every_batch_is_read_inline(
     ahead = ReadAhead()
     ahead.start("run", (0, 10), read_rows_after, path, run_id, 0, 10)
     assert ahead.take("run", (0, 10)) is None
+
+
+def test_a_full_batch_ends_with_its_last_step_unless_that_step_is_too_long(
+    run_copy: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, run_id = run_copy[0].removeprefix("sqlite:///"), run_copy[1]
+    connection = sqlite3.connect(path)
+    cursor = connection.cursor()
+
+    def step_at(rowid: int) -> int:
+        return int(
+            cursor.execute("SELECT step FROM metrics WHERE rowid = ?", (rowid,)).fetchone()[0]
+        )
+
+    first = int(
+        cursor.execute("SELECT min(rowid) FROM metrics WHERE run_uuid = ?", (run_id,)).fetchone()[0]
+    )
+    try:
+        # 100 rows end 4 rows into step 8 (12 keys a step): the batch takes its other 8.
+        count, last = batch_end(cursor, run_id, first - 1, 100)
+        assert (count, step_at(last), step_at(last + 1)) == (108, 8, 9)
+        # The run's end: fewer rows than asked, all of them.
+        assert batch_end(cursor, run_id, first - 1, 10**6) == (
+            STEPS * KEYS,
+            first - 1 + STEPS * KEYS,
+        )
+        # A step's rest longer than the look-ahead: cut where the limit says.
+        monkeypatch.setattr(mlflow_rows, "STEP_LOOKAHEAD", 8)
+        count, last = batch_end(cursor, run_id, first - 1, 100)
+        assert (count, step_at(last), step_at(last + 1)) == (100, 8, 8)
+    finally:
+        connection.close()

@@ -31,6 +31,18 @@ _BATCH_END: Final = (
     "SELECT count(*), max(rowid) FROM (SELECT rowid FROM metrics"
     " WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?)"
 )
+# A full batch goes on to the end of its last row's step, looking at most
+# `STEP_LOOKAHEAD` rows further: a step's rows (one `log_metrics` call, written
+# together) then land in one batch, stored and counted once, rather than half in
+# each. The rows before the first of another step, or all of them when the run
+# ends within the look-ahead; a step longer than that is cut, as before.
+STEP_LOOKAHEAD: Final = 4096
+_STEP_REST: Final = (
+    "WITH ahead(id, step) AS (SELECT rowid, step FROM metrics"
+    " WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?)"
+    " SELECT count(*), max(id), (SELECT count(*) FROM ahead) FROM ahead"
+    " WHERE id < coalesce((SELECT min(id) FROM ahead WHERE step != ?), 9223372036854775807)"
+)
 _BATCH_ROWS: Final = (
     'SELECT "key", CASE WHEN is_nan THEN NULL ELSE value END, timestamp, step FROM metrics'
     " WHERE run_uuid = ? AND rowid > ? AND rowid <= ? ORDER BY rowid"
@@ -44,10 +56,23 @@ def rows_after(cursor: sqlite3.Cursor, run_id: str, after: int, limit: int) -> B
 
 
 def batch_end(cursor: sqlite3.Cursor, run_id: str, after: int, limit: int) -> tuple[int, int]:
-    """How many rows the batch after rowid `after` has (at most `limit`), and its last
-    row's rowid (`after` when there are none)."""
+    """How many rows the batch after rowid `after` has, and its last row's rowid
+    (`after` when there are none): `limit` rows, or fewer at the run's end, or a few
+    more to finish the last row's step (`STEP_LOOKAHEAD`)."""
     count, last = cursor.execute(_BATCH_END, (run_id, after, limit)).fetchone()
-    return count, last if count else after
+    if not count:
+        return 0, after
+    if count < limit:  # the run's rows so far, all of them
+        return count, last
+    step = cursor.execute("SELECT step FROM metrics WHERE rowid = ?", (last,)).fetchone()
+    if step is None:  # (MLflow deleted the run meanwhile)
+        return count, last
+    rest, rest_last, looked = cursor.execute(
+        _STEP_REST, (run_id, last, STEP_LOOKAHEAD, step[0])
+    ).fetchone()
+    if not rest or (rest == looked == STEP_LOOKAHEAD):  # none, or a step longer than that
+        return count, last
+    return count + rest, rest_last
 
 
 def rows_until(cursor: sqlite3.Cursor, run_id: str, after: int, last: int) -> list[dict[str, Any]]:
