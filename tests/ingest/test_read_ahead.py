@@ -246,3 +246,15 @@ def test_a_full_batch_ends_with_its_last_step_unless_that_step_is_too_long(
         assert (count, step_at(last), step_at(last + 1)) == (100, 8, 8)
     finally:
         connection.close()
+
+
+def test_a_worker_stopped_mid_read_ends_by_itself(
+    run_copy: tuple[str, str], workers: list[subprocess.Popen[bytes]]
+) -> None:
+    """Its answer (~1 MB, more than a pipe holds) is never read: the worker stops on
+    the closed pipe instead of waiting to be killed."""
+    path, run_id = run_copy[0].removeprefix("sqlite:///"), run_copy[1]
+    ahead = ReadAhead()
+    ahead.start("run", (0, 20_000), read_rows_after, path, run_id, 0, 20_000)
+    ahead.stop()
+    assert workers[0].wait(timeout=30) == 0  # not -9: nobody had to kill it

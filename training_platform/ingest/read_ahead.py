@@ -117,15 +117,15 @@ class ReadAhead:
         if worker is None:
             return
         try:
-            assert worker.stdin is not None
-            worker.stdin.close()  # end of input: the worker returns
+            # Its answers' end first: a worker writing an answer nobody will read
+            # stops on the broken pipe rather than wait; then the end of its input.
+            assert worker.stdout is not None and worker.stdin is not None
+            worker.stdout.close()
+            worker.stdin.close()
             worker.wait(timeout=2)
         except (OSError, subprocess.TimeoutExpired):
             worker.kill()
             worker.wait()
-        finally:
-            if worker.stdout is not None:
-                worker.stdout.close()
 
 
 _GONE: Final = object()  # the worker died, hangs or answered garbage
@@ -141,6 +141,7 @@ def _start_worker() -> subprocess.Popen[bytes]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": path},
+        start_new_session=True,  # a Ctrl-C is the server's to handle; the worker ends with it
     )
 
 

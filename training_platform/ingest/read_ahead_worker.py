@@ -4,7 +4,8 @@ Each request on standard input is ``(module, function, args)``, a function of
 this package; each answer, on what was standard output, is ``("ok", value)`` or
 ``("error", "what went wrong")``. Standard output itself goes to standard error
 from the start, so nothing a library prints can break an answer. The worker
-returns when its input ends (the server stopped it, or died).
+returns when its input ends or its answers are no longer read (the server
+stopped it, or died).
 """
 
 from __future__ import annotations
@@ -30,8 +31,13 @@ def serve(requests: Any, answers: Any) -> None:
             answer: tuple[str, Any] = ("ok", getattr(importlib.import_module(module), name)(*args))
         except Exception as exc:  # the read's own error: the caller reads inline and says it
             answer = ("error", f"{type(exc).__name__}: {exc}")
-        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
-        answers.flush()
+        try:
+            pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
+            answers.flush()
+        except BrokenPipeError:  # the server stopped listening: it stopped this worker
+            # At once: an orderly exit would flush the rest of the answer into the
+            # closed pipe and print that error too. Nothing here needs cleaning up.
+            os._exit(0)
 
 
 def main() -> None:
