@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.ingest.test_verl_file import sync
+from tests.run_once import once
 from training_platform.api.main import create_app
 from training_platform.ingest import read_ahead
 from training_platform.ingest.formats import mlflow_rows, mlflow_store
@@ -71,15 +72,20 @@ with mlflow.start_run(run_name="big") as run:
 @pytest.fixture(scope="module")
 def big_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """An MLflow SQLite store holding one run of 24,000 metric rows, written by
-    MLflow's own client once for the module."""
-    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    env = {**os.environ, "GIT_PYTHON_REFRESH": "quiet"}
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(WRITER), f"sqlite:///{path}"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return path, done.stdout.split()[-1]
+    MLflow's own client once for the test run (~10 s): each test copies it."""
+
+    def write(folder: Path) -> dict[str, str]:
+        path = folder / "mlflow.db"
+        env = {**os.environ, "GIT_PYTHON_REFRESH": "quiet"}
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(WRITER), f"sqlite:///{path}"],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return {"path": str(path), "run_id": done.stdout.split()[-1]}
+
+    made = once(tmp_path_factory, "mlflow-big-run", write)
+    return Path(made["path"]), made["run_id"]
 
 
 @pytest.fixture

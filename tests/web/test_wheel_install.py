@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 import pytest
-from filelock import FileLock
 
+from tests.run_once import once
 from tests.web.conftest import COUNT_LINE_PIXELS, make_record
 from tests.web.test_degraded import assert_api_docs_render_offline
 from training_platform.callbacks.wire.lines import encode_record
@@ -91,34 +91,6 @@ def _clone(target: Path) -> Path:
     return target
 
 
-def _run_shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder all of this run's xdist workers share (each worker's base is a
-    `popen-gwN` folder inside the run's own), or the base itself without xdist."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def _once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Any) -> dict[str, Any]:
-    """`make(folder)` run once per test run, whichever worker comes first; the others
-    wait for it and read what it returned (building a wheel and installing a venv
-    take a minute each: three workers did it three times)."""
-    shared = _run_shared(tmp_path_factory)
-    folder = shared / name
-    done = shared / f"{name}.json"
-    with FileLock(str(shared / f"{name}.lock")):
-        if not done.exists():
-            folder.mkdir()
-            try:
-                done.write_text(json.dumps(make(folder)))
-            except BaseException as exc:  # the workers that wait fail with it too
-                done.write_text(json.dumps({"failed": f"{type(exc).__name__}: {exc}"}))
-                raise
-    answer: dict[str, Any] = json.loads(done.read_text())
-    if "failed" in answer:
-        pytest.fail(f"{name} failed (in another worker): {answer['failed']}")
-    return answer
-
-
 def _build(root: Path) -> dict[str, str]:
     source = _clone(root / "clone")
     assert not (source / "training_platform" / "web" / "node_modules").exists()
@@ -166,7 +138,7 @@ def _build(root: Path) -> dict[str, str]:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     if shutil.which("npm") is None:
         pytest.skip("no npm: building the wheel fetches the pinned browser assets with it")
-    made = _once(tmp_path_factory, "wheel-build", _build)
+    made = once(tmp_path_factory, "wheel-build", _build)
     return Built(
         Path(made["wheel"]),
         Path(made["wheel_from_sdist"]),
@@ -188,7 +160,7 @@ def _install(tmp_path_factory: pytest.TempPathFactory, name: str, requirement: s
         _run([pip, "install", "-q", "--no-compile", requirement], env=_clean_env())
         return {"venv": str(venv)}
 
-    venv = Path(_once(tmp_path_factory, name, make)["venv"])
+    venv = Path(once(tmp_path_factory, name, make)["venv"])
     return Installed(venv, tmp_path_factory.mktemp(f"{name}-work"), _clean_env())
 
 
